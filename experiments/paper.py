@@ -1,0 +1,48 @@
+"""The paper's four WMT14 models (Vaswani et al. 2017, sections 5-6, Table 3)."""
+
+import dataclasses
+
+from t2t_jax.config import (AverageConfig, DataConfig, ExperimentConfig, ModelConfig,
+                            TrainConfig)
+
+from experiments import register
+
+WMT14_ENDE = DataConfig(dataset="tfds:wmt14_translate/de-en:en-de", vocab_type="bpe")
+# Section 5.1: en-fr uses a 32000 word-piece vocabulary (SentencePiece unigram).
+WMT14_ENFR = DataConfig(dataset="tfds:wmt14_translate/fr-en:en-fr", vocab_type="unigram")
+
+BASE = ModelConfig(vocab_size=37000, num_layers=6, d_model=512, d_ff=2048, num_heads=8,
+                   d_k=64, d_v=64, dropout=0.1, label_smoothing=0.1)
+# Table 3 "big": d_model 1024, d_ff 4096, h 16 (so d_k = d_v = 64), P_drop 0.3.
+BIG = dataclasses.replace(BASE, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3)
+
+# Section 5.2: 100k steps for base, 300k for big; checkpoints every 10 minutes.
+BASE_TRAIN = TrainConfig(steps=100_000, tokens_per_step=25_000, warmup_steps=4000,
+                         checkpoint_every_minutes=10.0, keep_checkpoints=20)
+BIG_TRAIN = dataclasses.replace(BASE_TRAIN, steps=300_000)
+
+
+def base_ende() -> ExperimentConfig:
+  return ExperimentConfig(model=BASE, data=WMT14_ENDE, train=BASE_TRAIN,
+                          average=AverageConfig(last=5))
+
+
+register("base_ende", "paper base model, WMT14 en->de")(base_ende)
+
+
+@register("big_ende", "paper big model, WMT14 en->de (P_drop 0.3)")
+def big_ende() -> ExperimentConfig:
+  return ExperimentConfig(model=BIG, data=WMT14_ENDE, train=BIG_TRAIN,
+                          average=AverageConfig(last=20))
+
+
+@register("base_enfr", "paper base model, WMT14 en->fr")
+def base_enfr() -> ExperimentConfig:
+  return ExperimentConfig(model=dataclasses.replace(BASE, vocab_size=32000),
+                          data=WMT14_ENFR, train=BASE_TRAIN, average=AverageConfig(last=5))
+
+
+@register("big_enfr", "paper big model, WMT14 en->fr (section 6.1: P_drop 0.1)")
+def big_enfr() -> ExperimentConfig:
+  return ExperimentConfig(model=dataclasses.replace(BIG, vocab_size=32000, dropout=0.1),
+                          data=WMT14_ENFR, train=BIG_TRAIN, average=AverageConfig(last=20))

@@ -1,0 +1,28 @@
+"""Installs t2t_jax and its experiments registry: pip install -e ".[test]"."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="t2t_jax",
+    version="0.1.0",
+    description="The Transformer of 'Attention Is All You Need' in JAX/Flax, faithful to the paper.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["t2t_jax", "t2t_jax.*", "experiments", "experiments.*"]),
+    install_requires=[
+        "jax>=0.4.30",
+        "flax>=0.10",
+        "optax>=0.2.3",
+        "orbax-checkpoint>=0.6",
+        "tensorflow-cpu>=2.16",
+        "tensorflow-datasets>=4.9.6",
+        "sentencepiece>=0.2",
+        "sacrebleu>=2.4",
+        "absl-py>=2.0",
+        "clu>=0.0.12",
+        "tensorboard>=2.16",
+        "matplotlib>=3.8",
+        "tqdm>=4.66",
+        "numpy>=1.26",
+    ],
+    extras_require={"test": ["pytest>=8"]},
+)

@@ -1,0 +1,229 @@
+"""Experiment configuration: frozen dataclasses plus dotted-name overrides.
+
+Configs are plain values: experiments build them, `--set KEY=VALUE` replaces
+fields by dotted name (`model.d_model=256`), and nothing mutates them later.
+This module imports nothing heavy so `--help` and `--mode=params` start fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, Mapping
+
+from t2t_jax.errors import UserError
+
+
+class ConfigError(UserError, ValueError):
+  """A bad override or config value; `main` prints it as one line, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The Transformer's shape (paper section 3, Table 3 columns)."""
+  vocab_size: int = 37000
+  num_layers: int = 6          # N: encoder and decoder layers each
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8           # h
+  d_k: int = 64                # per-head query/key size; independent of d_model/h
+  d_v: int = 64                # per-head value size
+  dropout: float = 0.1         # P_drop: sub-layer outputs and embedding sums
+  label_smoothing: float = 0.1  # eps_ls
+  positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+  dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; params stay float32
+  max_len: int = 256           # longest sequence the learned positions cover
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Where the parallel text comes from and how it is tokenised and bucketed."""
+  dataset: str = "tfds:wmt14_translate/de-en:en-de"  # source spec, see input_pipeline
+  train_split: str = "train"
+  dev_split: str = "validation"
+  test_split: str = "test"
+  vocab_type: Literal["bpe", "unigram", "word", "char"] = "bpe"
+  max_length: int = 256        # longer examples are filtered (and counted)
+  data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
+  shuffle_buffer: int = 0      # 0 = full shuffle of each epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimiser, schedule and bookkeeping (paper section 5)."""
+  steps: int = 100_000
+  tokens_per_step: int = 25_000  # per side, per optimiser update, whatever the device count
+  max_tokens_per_batch: int = 4096  # per device per micro-batch; more -> gradient accumulation
+  warmup_steps: int = 4000
+  adam_b1: float = 0.9
+  adam_b2: float = 0.98
+  adam_eps: float = 1e-9
+  learning_rate_scale: float = 1.0  # multiplies the paper's schedule (1.0 = paper)
+  checkpoint_every_steps: int = 5000
+  checkpoint_every_minutes: float = 10.0
+  keep_checkpoints: int = 20
+  eval_every_steps: int = 5000
+  log_every_steps: int = 100
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+  """Beam search (paper section 6.1)."""
+  beam_size: int = 4
+  alpha: float = 0.6
+  max_extra_length: int = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class AverageConfig:
+  last: int = 5  # checkpoints averaged for inference: 5 (base), 20 (big)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  name: str = ""
+  description: str = ""
+  model: ModelConfig = ModelConfig()
+  data: DataConfig = DataConfig()
+  train: TrainConfig = TrainConfig()
+  decode: DecodeConfig = DecodeConfig()
+  average: AverageConfig = AverageConfig()
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+  return typing.get_type_hints(cls)
+
+
+def all_keys(cfg: Any, prefix: str = "") -> list[str]:
+  """Every overridable dotted key of a config, e.g. 'model.d_model'."""
+  keys = []
+  for f in dataclasses.fields(cfg):
+    value = getattr(cfg, f.name)
+    if dataclasses.is_dataclass(value):
+      keys.extend(all_keys(value, f"{prefix}{f.name}."))
+    else:
+      keys.append(f"{prefix}{f.name}")
+  return keys
+
+
+def _parse_value(key: str, raw: Any, typ: Any) -> Any:
+  """Converts `raw` (a string from the command line, or a Python value) to `typ`."""
+  origin = typing.get_origin(typ)
+  if origin is Literal:
+    choices = typing.get_args(typ)
+    if raw not in choices:
+      raise ConfigError(f"{key}: {raw!r} is not one of {', '.join(map(str, choices))}")
+    return raw
+  if origin in (typing.Union, types.UnionType):
+    args = [a for a in typing.get_args(typ) if a is not type(None)]
+    if raw in (None, "None", "none"):
+      return None
+    return _parse_value(key, raw, args[0])
+  if typ is bool:
+    if isinstance(raw, bool):
+      return raw
+    low = str(raw).lower()
+    if low in ("true", "1", "yes"):
+      return True
+    if low in ("false", "0", "no"):
+      return False
+    raise ConfigError(f"{key}: expected a boolean (true/false), got {raw!r}")
+  if typ is int:
+    if isinstance(raw, bool):
+      raise ConfigError(f"{key}: expected an integer, got {raw!r}")
+    if isinstance(raw, int):
+      return raw
+    try:
+      return int(str(raw).replace("_", ""))
+    except ValueError:
+      pass
+    try:  # accept 1e5-style integers, refuse 0.5
+      as_float = float(raw)
+    except ValueError:
+      as_float = None
+    if as_float is not None and as_float.is_integer():
+      return int(as_float)
+    raise ConfigError(f"{key}: expected an integer, got {raw!r}")
+  if typ is float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+      return float(raw)
+    try:
+      return float(raw)
+    except ValueError:
+      raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+  if typ is str:
+    return str(raw)
+  raise ConfigError(f"{key}: cannot set a field of type {typ}")
+
+
+def override(cfg: Any, changes: Mapping[str, Any]) -> Any:
+  """Returns `cfg` with dotted keys replaced; values may be strings to parse."""
+  for key, raw in changes.items():
+    cfg = _override_one(cfg, key, raw, key)
+  return cfg
+
+
+def _override_one(cfg: Any, key: str, raw: Any, full_key: str) -> Any:
+  head, _, rest = key.partition(".")
+  names = {f.name for f in dataclasses.fields(cfg)}
+  if head not in names:
+    raise ConfigError(_unknown_key_message(full_key, cfg))
+  current = getattr(cfg, head)
+  if rest:
+    if not dataclasses.is_dataclass(current):
+      raise ConfigError(_unknown_key_message(full_key, cfg))
+    return dataclasses.replace(cfg, **{head: _override_one(current, rest, raw, full_key)})
+  if dataclasses.is_dataclass(current):
+    raise ConfigError(f"{full_key}: is a group of settings; set one of its fields, "
+                      f"e.g. {full_key}.{dataclasses.fields(current)[0].name}")
+  value = _parse_value(full_key, raw, _field_types(type(cfg))[head])
+  return dataclasses.replace(cfg, **{head: value})
+
+
+def _unknown_key_message(key: str, cfg: Any) -> str:
+  # Suggest from the root config's keys when we can reach them via the key's prefix.
+  candidates = all_keys(ExperimentConfig())
+  close = difflib.get_close_matches(key, candidates, n=3, cutoff=0.6)
+  if not close:
+    leaf = key.rsplit(".", 1)[-1]
+    close = [k for k in candidates if k.rsplit(".", 1)[-1] == leaf][:3]
+  hint = f"; did you mean {', '.join(close)}?" if close else ""
+  return f"unknown config key {key!r}{hint}"
+
+
+def parse_set_flags(items: list[str]) -> dict[str, str]:
+  """Splits repeated `--set KEY=VALUE` flag values into a dict (later wins)."""
+  changes = {}
+  for item in items:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+      raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+    changes[key.strip()] = value.strip()
+  return changes
+
+
+def validate(cfg: ExperimentConfig) -> None:
+  """Checks values that are well-typed but meaningless, before any work starts."""
+  m, t, d = cfg.model, cfg.train, cfg.decode
+  positive = {"model.vocab_size": m.vocab_size, "model.num_layers": m.num_layers,
+              "model.d_model": m.d_model, "model.d_ff": m.d_ff,
+              "model.num_heads": m.num_heads, "model.d_k": m.d_k, "model.d_v": m.d_v,
+              "model.max_len": m.max_len, "train.steps": t.steps,
+              "train.tokens_per_step": t.tokens_per_step,
+              "train.max_tokens_per_batch": t.max_tokens_per_batch,
+              "train.warmup_steps": t.warmup_steps,
+              "train.keep_checkpoints": t.keep_checkpoints,
+              "decode.beam_size": d.beam_size, "average.last": cfg.average.last,
+              "data.max_length": cfg.data.max_length}
+  for key, value in positive.items():
+    if value <= 0:
+      raise ConfigError(f"{key}: must be positive, got {value}")
+  for key, value in {"model.dropout": m.dropout,
+                     "model.label_smoothing": m.label_smoothing}.items():
+    if not 0.0 <= value < 1.0:
+      raise ConfigError(f"{key}: must be in [0, 1), got {value}")
+  if m.d_model % 2:
+    raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")

@@ -1,0 +1,105 @@
+"""Command line: `python -m t2t_jax.main --experiment=NAME --workdir=DIR [--mode=MODE]`.
+
+Every mode starts from a named experiment config, applies `--set KEY=VALUE`
+overrides, and dispatches. Heavy modules (TensorFlow, the training loop) are
+imported only by the modes that need them, so `--help` and `params` are fast.
+Bad input is a one-line `error: ...` on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from t2t_jax.errors import UserError
+from t2t_jax.config import ExperimentConfig, override, parse_set_flags, validate
+
+MODES = ("train", "eval", "translate", "average", "attention", "params")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("experiment", None, "Name of a registered experiment, e.g. base_ende.")
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
+flags.DEFINE_string("mode", "train", f"One of: {', '.join(MODES)}.")
+flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment's "
+                    "(tfds:NAME[:SRC-TGT], folder:PATH or demo).")
+flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_model=256 "
+                          "(repeatable).")
+flags.DEFINE_string("input", None, "translate: read sentences from this file (default stdin).")
+flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
+flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
+
+
+class UsageError(UserError):
+  """Bad command-line input: printed as one line, exit code 2."""
+
+
+def fail(message: str) -> None:
+  """Prints a one-line error and exits 2 (bad input, nothing done)."""
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def load_config(experiment: str | None, sets: list[str], dataset: str | None) -> ExperimentConfig:
+  """The experiment's config with the command line's overrides applied and checked."""
+  import experiments
+  if not experiment:
+    raise UsageError(f"--experiment is required; valid names: {', '.join(experiments.names())}")
+  try:
+    cfg = experiments.get(experiment)
+  except KeyError as e:
+    raise UsageError(e.args[0]) from None
+  cfg = override(cfg, parse_set_flags(sets))
+  if dataset:
+    cfg = override(cfg, {"data.dataset": dataset})
+  validate(cfg)
+  return cfg
+
+
+def run_params(cfg: ExperimentConfig) -> None:
+  """Prints `params: N` and a per-module breakdown from shapes alone (no data, no TF)."""
+  from t2t_jax import model
+  params = model.abstract_params(cfg.model)
+  total = model.count_params(params)
+  print(f"experiment: {cfg.name}")
+  print(f"params: {total}")
+  for name, count in sorted(model.param_breakdown(params).items()):
+    print(f"  {name:<20s} {count:>12,d}  ({100.0 * count / total:5.1f}%)")
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if FLAGS.mode not in MODES:
+    raise UsageError(f"unknown --mode={FLAGS.mode!r}; valid modes: {', '.join(MODES)}")
+  cfg = load_config(FLAGS.experiment, FLAGS.set, FLAGS.dataset)
+  if FLAGS.mode == "params":
+    run_params(cfg)
+    return
+  if not FLAGS.workdir:
+    raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
+  raise UsageError(f"--mode={FLAGS.mode} is not implemented yet")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    fail(str(e).splitlines()[0])
+
+
+def _main_guarded(argv: list[str]) -> None:
+  try:
+    main(argv)
+  except UserError as e:
+    fail(str(e))
+
+
+def run() -> None:
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  app.run(_main_guarded, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  run()

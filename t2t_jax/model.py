@@ -1,0 +1,264 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017) in Flax linen.
+
+Faithful to the paper rather than to later practice:
+  * post-LayerNorm sub-layers: LayerNorm(x + Dropout(Sublayer(x)))      (section 3.1, 5.4)
+  * one embedding matrix for source, target and the pre-softmax projection,
+    multiplied by sqrt(d_model) on lookup                                 (section 3.4)
+  * sinusoidal positions, or learned ones (Table 3 row E)                 (section 3.5)
+  * per-head d_k and d_v independent of d_model / h (Table 3 row B)       (section 3.2.2)
+  * dropout only on sub-layer outputs and embedding+position sums         (section 5.4)
+
+`model.dtype=bfloat16` feeds bf16 to every matmul and accumulates in float32
+(`preferred_element_type`); parameters, LayerNorm, softmax and the residual
+stream stay float32. On CPUs with AMX that is ~4x faster than float32 matmuls,
+while bf16-in/bf16-out dots would be slower (see REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax.config import ModelConfig
+from t2t_jax.special_tokens import BOS_ID, PAD_ID
+
+Array = jax.Array
+NEG_INF = -1e9  # additive mask: exp(-1e9) is exactly 0 in float32
+
+
+def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5)."""
+  pos = np.arange(length, dtype=np.float64)[:, None]
+  two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
+  angle = pos / np.power(10000.0, two_i / d_model)
+  pe = np.zeros((length, d_model), dtype=np.float32)
+  pe[:, 0::2] = np.sin(angle)
+  pe[:, 1::2] = np.cos(angle)
+  return pe
+
+
+def _compute_dtype(cfg: ModelConfig):
+  return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+
+
+def make_dot_general(cfg: ModelConfig) -> Callable[..., Array]:
+  """A `dot_general` for nn.Dense: bf16 inputs with float32 accumulation, or plain f32."""
+  if cfg.dtype != "bfloat16":
+    return jax.lax.dot_general
+
+  def bf16_dot_general(lhs, rhs, dimension_numbers, precision=None,
+                       preferred_element_type=None, **kwargs):
+    del preferred_element_type
+    return jax.lax.dot_general(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16),
+                               dimension_numbers, precision=precision,
+                               preferred_element_type=jnp.float32, **kwargs)
+  return bf16_dot_general
+
+
+def einsum(cfg: ModelConfig, spec: str, a: Array, b: Array) -> Array:
+  dt = _compute_dtype(cfg)
+  return jnp.einsum(spec, a.astype(dt), b.astype(dt), preferred_element_type=jnp.float32)
+
+
+class Dropout(nn.Module):
+  """Inverted dropout drawing 16 random bits per element instead of 32.
+
+  On XLA:CPU random-bit generation for dropout masks is a first-order cost of a
+  training step (REFERENCE.md); uint16 halves it. The keep probability is
+  quantised to 1/65536 and the rescaling uses the quantised value, so the
+  expectation is exact.
+  """
+  rate: float
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool) -> Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    threshold = int(round(self.rate * 65536))
+    keep_prob = 1.0 - threshold / 65536
+    bits = jax.random.bits(self.make_rng("dropout"), x.shape, jnp.uint16)
+    keep = bits >= jnp.uint16(threshold)
+    return jnp.where(keep, x * jnp.asarray(1.0 / keep_prob, x.dtype), jnp.zeros_like(x))
+
+
+def _dense(cfg: ModelConfig, features: int, name: str, use_bias: bool) -> nn.Dense:
+  return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32,
+                  kernel_init=nn.initializers.xavier_uniform(),
+                  dot_general=make_dot_general(cfg))
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1..h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+  The paper's projections are plain matrices (no biases), section 3.2.2.
+  """
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_q: Array, x_kv: Array, bias: Array) -> Array:
+    cfg = self.cfg
+    h, d_k, d_v = cfg.num_heads, cfg.d_k, cfg.d_v
+    b, lq, _ = x_q.shape
+    lk = x_kv.shape[1]
+    q = _dense(cfg, h * d_k, "query", False)(x_q).reshape(b, lq, h, d_k)
+    k = _dense(cfg, h * d_k, "key", False)(x_kv).reshape(b, lk, h, d_k)
+    v = _dense(cfg, h * d_v, "value", False)(x_kv).reshape(b, lk, h, d_v)
+    q = q * (1.0 / math.sqrt(d_k))  # scaled dot-product attention, section 3.2.1
+    logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k) + bias
+    weights = jax.nn.softmax(logits, axis=-1)
+    self.sow("intermediates", "attention_weights", weights)
+    out = einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, h * d_v)
+    return _dense(cfg, cfg.d_model, "out", False)(out)
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2, section 3.3."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    x = nn.relu(_dense(self.cfg, self.cfg.d_ff, "wi", True)(x))
+    return _dense(self.cfg, self.cfg.d_model, "wo", True)(x)
+
+
+class EncoderLayer(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array, self_bias: Array, train: bool) -> Array:
+    drop = lambda y: Dropout(self.cfg.dropout)(y, deterministic=not train)
+    x = nn.LayerNorm(name="ln_self_attention")(
+        x + drop(MultiHeadAttention(self.cfg, name="self_attention")(x, x, self_bias)))
+    return nn.LayerNorm(name="ln_ffn")(x + drop(FeedForward(self.cfg, name="ffn")(x)))
+
+
+class DecoderLayer(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
+               train: bool) -> Array:
+    drop = lambda z: Dropout(self.cfg.dropout)(z, deterministic=not train)
+    y = nn.LayerNorm(name="ln_self_attention")(
+        y + drop(MultiHeadAttention(self.cfg, name="self_attention")(y, y, self_bias)))
+    y = nn.LayerNorm(name="ln_cross_attention")(
+        y + drop(MultiHeadAttention(self.cfg, name="cross_attention")(y, encoded, cross_bias)))
+    return nn.LayerNorm(name="ln_ffn")(y + drop(FeedForward(self.cfg, name="ffn")(y)))
+
+
+class Positions(nn.Module):
+  """Adds sinusoidal or learned (Table 3 row E) position encodings."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    length, d = x.shape[1], x.shape[2]
+    if self.cfg.positional == "learned":
+      if length > self.cfg.max_len:
+        raise ValueError(f"sequence length {length} exceeds model.max_len={self.cfg.max_len}")
+      table = self.param("embedding", nn.initializers.normal(stddev=d ** -0.5),
+                         (self.cfg.max_len, d))
+      return x + table[None, :length]
+    return x + jnp.asarray(sinusoidal_positions(length, d))[None]
+
+
+def padding_bias(tokens: Array) -> Array:
+  """[batch, 1, 1, length] additive bias hiding padded key positions."""
+  return jnp.where(tokens != PAD_ID, 0.0, NEG_INF).astype(jnp.float32)[:, None, None, :]
+
+
+def causal_bias(length: int) -> Array:
+  """[1, 1, length, length]: position i attends to j <= i only (section 3.2.3)."""
+  allowed = jnp.tril(jnp.ones((length, length), dtype=bool))
+  return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)[None, None]
+
+
+def shift_right(targets: Array) -> Array:
+  """Decoder inputs: BOS followed by the targets, dropping the last position."""
+  start = jnp.full_like(targets[:, :1], BOS_ID)
+  return jnp.concatenate([start, targets[:, :-1]], axis=1)
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer; `encode` and `decode` are usable on their own."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    # Shared source/target/pre-softmax matrix (section 3.4); N(0, d^-1/2) so that
+    # embeddings times sqrt(d_model) have unit scale.
+    self.embed = nn.Embed(cfg.vocab_size, cfg.d_model, name="embed",
+                          embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
+    self.encoder_positions = Positions(cfg, name="encoder_positions")
+    self.decoder_positions = Positions(cfg, name="decoder_positions")
+    self.embed_dropout = Dropout(cfg.dropout)
+    self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}") for i in range(cfg.num_layers)]
+    self.decoder_layers = [DecoderLayer(cfg, name=f"decoder_{i}") for i in range(cfg.num_layers)]
+
+  def _embed(self, tokens: Array, positions: nn.Module, train: bool) -> Array:
+    x = self.embed(tokens) * math.sqrt(self.cfg.d_model)
+    return self.embed_dropout(positions(x), deterministic=not train)
+
+  def encode(self, inputs: Array, train: bool = False) -> Array:
+    """[batch, src_len] token ids -> [batch, src_len, d_model]."""
+    x = self._embed(inputs, self.encoder_positions, train)
+    bias = padding_bias(inputs)
+    for layer in self.encoder_layers:
+      x = layer(x, bias, train)
+    return x
+
+  def decode(self, encoded: Array, inputs: Array, decoder_inputs: Array,
+             train: bool = False) -> Array:
+    """Logits [batch, tgt_len, vocab] for decoder input tokens (BOS-shifted targets).
+
+    `inputs` are the source tokens, used only to mask padded encoder positions.
+    """
+    y = self._embed(decoder_inputs, self.decoder_positions, train)
+    length = decoder_inputs.shape[1]
+    self_bias = causal_bias(length) + padding_bias(decoder_inputs)
+    cross_bias = padding_bias(inputs)
+    for layer in self.decoder_layers:
+      y = layer(y, encoded, self_bias, cross_bias, train)
+    return self.logits(y)
+
+  def logits(self, y: Array) -> Array:
+    """Pre-softmax projection with the shared embedding matrix (section 3.4)."""
+    return einsum(self.cfg, "bld,vd->blv", y, self.embed.embedding)
+
+  def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
+    """Teacher-forced logits for `targets` (which end in EOS, padded with PAD)."""
+    decoder_inputs = shift_right(targets)
+    # A padded target position must not become a padded *key* for the positions
+    # before it: mask keys by the shifted input, whose first token is BOS.
+    decoder_inputs = jnp.where((targets == PAD_ID) & (decoder_inputs != BOS_ID),
+                               PAD_ID, decoder_inputs)
+    return self.decode(self.encode(inputs, train), inputs, decoder_inputs, train)
+
+
+def init_params(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -> Any:
+  """Initialises parameters with dummy shapes (the model is shape-polymorphic)."""
+  tokens = jnp.ones((batch, length), jnp.int32)
+  return Transformer(cfg).init({"params": rng}, tokens, tokens, train=False)["params"]
+
+
+def abstract_params(cfg: ModelConfig) -> Any:
+  """Parameter shapes without allocating or computing anything (fast for big models)."""
+  return jax.eval_shape(lambda rng: init_params(cfg, rng), jax.random.PRNGKey(0))
+
+
+def count_params(tree: Any) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(tree)))
+
+
+def param_breakdown(params: Any) -> dict[str, int]:
+  """Parameter counts per top-level module, layers grouped (encoder_* -> encoder)."""
+  groups: dict[str, int] = {}
+  for name, sub in params.items():
+    key = name.rsplit("_", 1)[0] if name.rsplit("_", 1)[-1].isdigit() else name
+    groups[key] = groups.get(key, 0) + count_params(sub)
+  return groups
