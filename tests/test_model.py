@@ -1,0 +1,176 @@
+"""The model against the paper's definitions, hand-computed values and invariances."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import experiments
+from t2t_jax import model
+from t2t_jax.config import ModelConfig
+from t2t_jax.special_tokens import EOS_ID, PAD_ID
+
+TINY = ModelConfig(vocab_size=50, num_layers=2, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
+                   dropout=0.0, max_len=32)
+
+
+def _params(cfg, seed=0):
+  return model.init_params(cfg, jax.random.PRNGKey(seed))
+
+
+def _tokens(rng, batch, length, vocab, lengths=None):
+  """Random non-special tokens, PAD after each row's length, EOS at its end."""
+  toks = rng.integers(4, vocab, size=(batch, length)).astype(np.int32)
+  lengths = lengths if lengths is not None else [length] * batch
+  for i, n in enumerate(lengths):
+    toks[i, n - 1] = EOS_ID
+    toks[i, n:] = PAD_ID
+  return toks
+
+
+def test_sinusoidal_positions_match_hand_computed_values():
+  pe = model.sinusoidal_positions(3, 4)
+  # PE(pos, 2i) = sin(pos / 10000^(2i/d)); d=4 -> frequencies 1 and 1/100.
+  expected = np.array([
+      [0.0, 1.0, 0.0, 1.0],
+      [0.8414709848, 0.5403023059, 0.0099998333, 0.9999500004],
+      [0.9092974268, -0.4161468365, 0.0199986667, 0.9998000067],
+  ])
+  np.testing.assert_allclose(pe, expected, atol=1e-6)
+  # d=6, pos=2, 2i=2: 2 / 10000^(1/3) = 0.0928317767.
+  np.testing.assert_allclose(model.sinusoidal_positions(3, 6)[2, 2:4],
+                             [0.0926985007, 0.9956942480], atol=1e-6)
+
+
+def test_decoder_is_causal():
+  """Changing target tokens after position t leaves the logits at positions <= t unchanged."""
+  params = _params(TINY)
+  rng = np.random.default_rng(0)
+  src = _tokens(rng, 2, 7, TINY.vocab_size)
+  tgt = _tokens(rng, 2, 9, TINY.vocab_size)
+  logits = model.Transformer(TINY).apply({"params": params}, src, tgt)
+  for t in (0, 3, 6):
+    changed = tgt.copy()
+    changed[:, t + 1:] = rng.integers(4, TINY.vocab_size, size=changed[:, t + 1:].shape)
+    new = model.Transformer(TINY).apply({"params": params}, src, changed)
+    # Target t+1 is first seen at decoder position t+1 (inputs are shifted right).
+    np.testing.assert_allclose(new[:, :t + 2], logits[:, :t + 2], atol=1e-5)
+    assert not np.allclose(new[:, t + 2:], logits[:, t + 2:], atol=1e-3)
+
+
+def test_extra_padding_does_not_change_outputs():
+  params = _params(TINY)
+  rng = np.random.default_rng(1)
+  src = _tokens(rng, 3, 6, TINY.vocab_size, lengths=[6, 4, 2])
+  tgt = _tokens(rng, 3, 5, TINY.vocab_size, lengths=[5, 3, 2])
+  logits = model.Transformer(TINY).apply({"params": params}, src, tgt)
+  src_padded = np.pad(src, ((0, 0), (0, 7)))
+  tgt_padded = np.pad(tgt, ((0, 0), (0, 4)))
+  padded = model.Transformer(TINY).apply({"params": params}, src_padded, tgt_padded)
+  for i, n in enumerate([5, 3, 2]):  # compare the real (non-pad) target positions
+    np.testing.assert_allclose(padded[i, :n], logits[i, :n], atol=1e-5)
+  # Padding inside the original width too: row 2 has length 2 and its pads are masked.
+  enc = model.Transformer(TINY).apply({"params": params}, src, method=model.Transformer.encode)
+  enc_padded = model.Transformer(TINY).apply({"params": params}, src_padded,
+                                             method=model.Transformer.encode)
+  np.testing.assert_allclose(enc_padded[2, :2], enc[2, :2], atol=1e-5)
+
+
+def test_source_target_and_softmax_share_one_embedding():
+  params = _params(TINY)
+  vocab_sized = [p for p in jax.tree_util.tree_leaves(params) if TINY.vocab_size in p.shape]
+  assert len(vocab_sized) == 1 and vocab_sized[0].shape == (TINY.vocab_size, TINY.d_model)
+  # The gradient of the loss reaches the matrix through all three uses: an encoder-only
+  # token, a decoder-input-only token and an output-only token each get a gradient row.
+  src = np.array([[10, 11, EOS_ID]], np.int32)
+  tgt = np.array([[20, 21, EOS_ID]], np.int32)   # decoder inputs: BOS, 20, 21
+
+  def loss(p):
+    logits = model.Transformer(TINY).apply({"params": p}, src, tgt)
+    return logits[0, :, 30].sum()                  # token 30 appears only as an output
+  grad = jax.grad(loss)(params)["embed"]["embedding"]
+  for token in (10, 20, 30):
+    assert float(jnp.abs(grad[token]).sum()) > 0, token
+  assert float(jnp.abs(grad[40]).sum()) == 0  # an unused token gets none
+
+
+def closed_form_params(vocab, n, d, d_ff, h, d_k, d_v):
+  """Parameters of the paper's architecture, counted from section 3 by hand."""
+  attention = d * h * d_k * 2 + d * h * d_v + h * d_v * d   # W^Q, W^K, W^V, W^O (no biases)
+  ffn = d * d_ff + d_ff + d_ff * d + d                        # W1, b1, W2, b2
+  layer_norm = 2 * d                                          # gain and bias
+  encoder_layer = attention + ffn + 2 * layer_norm
+  decoder_layer = 2 * attention + ffn + 3 * layer_norm
+  return vocab * d + n * (encoder_layer + decoder_layer)     # one shared embedding matrix
+
+
+@pytest.mark.parametrize("name", ["base_ende", "big_ende", "table3_b_dk16", "table3_c_d256"])
+def test_param_count_equals_closed_form(name):
+  m = experiments.get(name).model
+  expected = closed_form_params(m.vocab_size, m.num_layers, m.d_model, m.d_ff, m.num_heads,
+                                m.d_k, m.d_v)
+  assert model.count_params(model.abstract_params(m)) == expected
+
+
+def test_paper_param_counts_within_8_percent():
+  from t2t_jax import param_table
+  for row in param_table.rows():
+    if row["paper_m"] is not None:
+      assert abs(row["ours_m"] / row["paper_m"] - 1) < 0.08, row
+
+
+@pytest.mark.parametrize("changes", [
+    {"num_heads": 2, "d_k": 4, "d_v": 12},  # d_k != d_v != d_model / h (Table 3 rows A/B)
+    {"positional": "learned"},               # Table 3 row E
+    {"dropout": 0.3},
+])
+def test_variants_run(changes):
+  cfg = dataclasses.replace(TINY, **changes)
+  params = _params(cfg)
+  rng = np.random.default_rng(2)
+  src, tgt = _tokens(rng, 2, 5, cfg.vocab_size), _tokens(rng, 2, 6, cfg.vocab_size)
+  logits = model.Transformer(cfg).apply({"params": params}, src, tgt, train=True,
+                                        rngs={"dropout": jax.random.PRNGKey(1)})
+  assert logits.shape == (2, 6, cfg.vocab_size)
+  assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_learned_positions_are_parameters_and_sinusoids_are_not():
+  learned = _params(dataclasses.replace(TINY, positional="learned"))
+  assert learned["encoder_positions"]["embedding"].shape == (TINY.max_len, TINY.d_model)
+  assert "encoder_positions" not in _params(TINY)
+
+
+def test_dropout_is_inverted_and_uses_the_rate():
+  x = jnp.ones((200_000,))
+  y = model.Dropout(0.1).apply({}, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(0)})
+  dropped = float((y == 0).mean())
+  assert abs(dropped - 0.1) < 0.005
+  assert abs(float(y.mean()) - 1.0) < 0.01  # expectation preserved
+
+
+def test_bfloat16_compute_stays_close_to_float32():
+  params = _params(TINY)
+  rng = np.random.default_rng(3)
+  src, tgt = _tokens(rng, 2, 8, TINY.vocab_size), _tokens(rng, 2, 8, TINY.vocab_size)
+  f32 = model.Transformer(TINY).apply({"params": params}, src, tgt)
+  bf16 = model.Transformer(dataclasses.replace(TINY, dtype="bfloat16")).apply(
+      {"params": params}, src, tgt)
+  assert bf16.dtype == jnp.float32  # float32 accumulation, float32 outputs
+  p32, p16 = jax.nn.softmax(f32), jax.nn.softmax(bf16)
+  assert float(jnp.abs(p32 - p16).max()) < 0.02
+  assert float(jnp.abs(f32 - bf16).max()) < 0.1 * float(jnp.abs(f32).max())
+  assert float(jnp.abs(f32 - bf16).max()) > 0  # it really computed in bf16
+
+
+def test_attention_weights_are_recorded_per_head():
+  params = _params(TINY)
+  rng = np.random.default_rng(4)
+  src, tgt = _tokens(rng, 1, 5, TINY.vocab_size), _tokens(rng, 1, 4, TINY.vocab_size)
+  _, state = model.Transformer(TINY).apply({"params": params}, src, tgt,
+                                           mutable=["intermediates"])
+  w = state["intermediates"]["decoder_1"]["cross_attention"]["attention_weights"][0]
+  assert w.shape == (1, TINY.num_heads, 4, 5)
+  np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
