@@ -86,7 +86,7 @@ class Dropout(nn.Module):
     return jnp.where(keep, x * jnp.asarray(1.0 / keep_prob, x.dtype), jnp.zeros_like(x))
 
 
-def _dense(cfg: ModelConfig, features: int, name: str, use_bias: bool) -> nn.Dense:
+def _dense(cfg: ModelConfig, features: int, use_bias: bool, name: str | None = None) -> nn.Dense:
   return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32,
                   kernel_init=nn.initializers.xavier_uniform(),
                   dot_general=make_dot_general(cfg))
@@ -95,25 +95,41 @@ def _dense(cfg: ModelConfig, features: int, name: str, use_bias: bool) -> nn.Den
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-  The paper's projections are plain matrices (no biases), section 3.2.2.
+  The paper's projections are plain matrices (no biases), section 3.2.2. Keys
+  and values can be projected once (`project_kv`) and reused by `attend`, which
+  is how cached decoding avoids re-running the prefix.
   """
   cfg: ModelConfig
 
-  @nn.compact
-  def __call__(self, x_q: Array, x_kv: Array, bias: Array) -> Array:
+  def setup(self):
+    h, d_k, d_v = self.cfg.num_heads, self.cfg.d_k, self.cfg.d_v
+    self.query = _dense(self.cfg, h * d_k, False)
+    self.key = _dense(self.cfg, h * d_k, False)
+    self.value = _dense(self.cfg, h * d_v, False)
+    self.out = _dense(self.cfg, self.cfg.d_model, False)
+
+  def project_kv(self, x_kv: Array) -> tuple[Array, Array]:
+    """[b, L, d_model] -> keys [b, L, h, d_k], values [b, L, h, d_v]."""
+    b, length, _ = x_kv.shape
     cfg = self.cfg
-    h, d_k, d_v = cfg.num_heads, cfg.d_k, cfg.d_v
+    k = self.key(x_kv).reshape(b, length, cfg.num_heads, cfg.d_k)
+    v = self.value(x_kv).reshape(b, length, cfg.num_heads, cfg.d_v)
+    return k, v
+
+  def attend(self, x_q: Array, k: Array, v: Array, bias: Array) -> Array:
+    cfg = self.cfg
     b, lq, _ = x_q.shape
-    lk = x_kv.shape[1]
-    q = _dense(cfg, h * d_k, "query", False)(x_q).reshape(b, lq, h, d_k)
-    k = _dense(cfg, h * d_k, "key", False)(x_kv).reshape(b, lk, h, d_k)
-    v = _dense(cfg, h * d_v, "value", False)(x_kv).reshape(b, lk, h, d_v)
-    q = q * (1.0 / math.sqrt(d_k))  # scaled dot-product attention, section 3.2.1
+    q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
+    q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
     logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k) + bias
     weights = jax.nn.softmax(logits, axis=-1)
     self.sow("intermediates", "attention_weights", weights)
-    out = einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, h * d_v)
-    return _dense(cfg, cfg.d_model, "out", False)(out)
+    out = einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
+    return self.out(out)
+
+  def __call__(self, x_q: Array, x_kv: Array, bias: Array) -> Array:
+    k, v = self.project_kv(x_kv)
+    return self.attend(x_q, k, v, bias)
 
 
 class FeedForward(nn.Module):
@@ -122,8 +138,8 @@ class FeedForward(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    x = nn.relu(_dense(self.cfg, self.cfg.d_ff, "wi", True)(x))
-    return _dense(self.cfg, self.cfg.d_model, "wo", True)(x)
+    x = nn.relu(_dense(self.cfg, self.cfg.d_ff, True, name="wi")(x))
+    return _dense(self.cfg, self.cfg.d_model, True, name="wo")(x)
 
 
 class EncoderLayer(nn.Module):
@@ -138,17 +154,57 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, feed-forward (section 3.1).
+
+  `step` runs one position against a key/value cache: the self-attention cache
+  holds the keys/values of earlier positions, the cross-attention keys/values
+  are projected once per sentence.
+  """
   cfg: ModelConfig
 
-  @nn.compact
+  def setup(self):
+    self.self_attention = MultiHeadAttention(self.cfg)
+    self.cross_attention = MultiHeadAttention(self.cfg)
+    self.ffn = FeedForward(self.cfg)
+    self.ln_self_attention = nn.LayerNorm()
+    self.ln_cross_attention = nn.LayerNorm()
+    self.ln_ffn = nn.LayerNorm()
+    self.dropout = Dropout(self.cfg.dropout)
+
+  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train):
+    drop = lambda z: self.dropout(z, deterministic=not train)
+    y = self.ln_cross_attention(y + drop(self.cross_attention.attend(y, cross_k, cross_v,
+                                                                     cross_bias)))
+    return self.ln_ffn(y + drop(self.ffn(y)))
+
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
                train: bool) -> Array:
-    drop = lambda z: Dropout(self.cfg.dropout)(z, deterministic=not train)
-    y = nn.LayerNorm(name="ln_self_attention")(
-        y + drop(MultiHeadAttention(self.cfg, name="self_attention")(y, y, self_bias)))
-    y = nn.LayerNorm(name="ln_cross_attention")(
-        y + drop(MultiHeadAttention(self.cfg, name="cross_attention")(y, encoded, cross_bias)))
-    return nn.LayerNorm(name="ln_ffn")(y + drop(FeedForward(self.cfg, name="ffn")(y)))
+    drop = lambda z: self.dropout(z, deterministic=not train)
+    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias)))
+    cross_k, cross_v = self.cross_attention.project_kv(encoded)
+    return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train)
+
+  def init_cache(self, encoded: Array, max_length: int) -> dict[str, Array]:
+    cfg = self.cfg
+    b = encoded.shape[0]
+    cross_k, cross_v = self.cross_attention.project_kv(encoded)
+    dt = cross_k.dtype
+    return {"self_k": jnp.zeros((b, max_length, cfg.num_heads, cfg.d_k), dt),
+            "self_v": jnp.zeros((b, max_length, cfg.num_heads, cfg.d_v), dt),
+            "cross_k": cross_k, "cross_v": cross_v}
+
+  def step(self, y: Array, cache: dict[str, Array], position: Array,
+           cross_bias: Array) -> tuple[Array, dict[str, Array]]:
+    """y [b, 1, d_model] at `position`; returns its output and the updated cache."""
+    k, v = self.self_attention.project_kv(y)
+    self_k = jax.lax.dynamic_update_slice_in_dim(cache["self_k"], k, position, axis=1)
+    self_v = jax.lax.dynamic_update_slice_in_dim(cache["self_v"], v, position, axis=1)
+    # Causality: only cached positions <= `position` are visible.
+    visible = jnp.arange(self_k.shape[1]) <= position
+    self_bias = jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[None, None, None, :]
+    y = self.ln_self_attention(y + self.self_attention.attend(y, self_k, self_v, self_bias))
+    y = self._cross_and_ffn(y, cache["cross_k"], cache["cross_v"], cross_bias, train=False)
+    return y, {**cache, "self_k": self_k, "self_v": self_v}
 
 
 class Positions(nn.Module):
@@ -156,15 +212,24 @@ class Positions(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, offset: Array | int = 0) -> Array:
+    """Adds the encodings of positions offset, offset+1, ... to x [b, L, d]."""
     length, d = x.shape[1], x.shape[2]
     if self.cfg.positional == "learned":
-      if length > self.cfg.max_len:
-        raise ValueError(f"sequence length {length} exceeds model.max_len={self.cfg.max_len}")
       table = self.param("embedding", nn.initializers.normal(stddev=d ** -0.5),
                          (self.cfg.max_len, d))
-      return x + table[None, :length]
-    return x + jnp.asarray(sinusoidal_positions(length, d))[None]
+      if isinstance(offset, int) and offset + length > self.cfg.max_len:
+        raise ValueError(f"sequence length {offset + length} exceeds "
+                         f"model.max_len={self.cfg.max_len} (learned positions)")
+      return x + jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]
+    if isinstance(offset, int):
+      return x + jnp.asarray(sinusoidal_positions(offset + length, d)[offset:])[None]
+    # A traced offset (cached decoding): the same formula computed on the fly.
+    pos = (offset + jnp.arange(length)).astype(jnp.float32)[:, None]
+    inv_freq = jnp.power(10000.0, -jnp.arange(0, d, 2, dtype=jnp.float32) / d)[None, :]
+    angle = pos * inv_freq
+    pe = jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(length, d)
+    return x + pe[None]
 
 
 def padding_bias(tokens: Array) -> Array:
@@ -226,6 +291,26 @@ class Transformer(nn.Module):
       y = layer(y, encoded, self_bias, cross_bias, train)
     return self.logits(y)
 
+  def init_cache(self, encoded: Array, max_length: int) -> list[dict[str, Array]]:
+    """Per decoder layer: empty self-attention keys/values for `max_length`
+    positions and the cross-attention keys/values, projected once per sentence."""
+    return [layer.init_cache(encoded, max_length) for layer in self.decoder_layers]
+
+  def decode_step(self, cache: list[dict[str, Array]], tokens: Array, position: Array,
+                  inputs: Array) -> tuple[Array, list[dict[str, Array]]]:
+    """Logits [batch, vocab] for the next token after `tokens` [batch] at `position`.
+
+    Costs one decoder position: earlier positions come from `cache`.
+    """
+    y = self.embed(tokens[:, None]) * math.sqrt(self.cfg.d_model)
+    y = self.decoder_positions(y, offset=position)
+    cross_bias = padding_bias(inputs)
+    new_cache = []
+    for layer, layer_cache in zip(self.decoder_layers, cache):
+      y, layer_cache = layer.step(y, layer_cache, position, cross_bias)
+      new_cache.append(layer_cache)
+    return self.logits(y)[:, 0], new_cache
+
   def logits(self, y: Array) -> Array:
     """Pre-softmax projection with the shared embedding matrix (section 3.4)."""
     return einsum(self.cfg, "bld,vd->blv", y, self.embed.embedding)
@@ -233,8 +318,8 @@ class Transformer(nn.Module):
   def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
     """Teacher-forced logits for `targets` (which end in EOS, padded with PAD)."""
     decoder_inputs = shift_right(targets)
-    # A padded target position must not become a padded *key* for the positions
-    # before it: mask keys by the shifted input, whose first token is BOS.
+    # Positions past the sentence (target PAD) are masked as keys; without this the
+    # shifted-in EOS would look like a real token there.
     decoder_inputs = jnp.where((targets == PAD_ID) & (decoder_inputs != BOS_ID),
                                PAD_ID, decoder_inputs)
     return self.decode(self.encode(inputs, train), inputs, decoder_inputs, train)

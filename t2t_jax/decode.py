@@ -1,0 +1,206 @@
+"""Cached beam search (paper section 6.1) and batched translation over all local devices.
+
+The encoder runs once per batch; every step of the `lax.while_loop` runs one
+decoder position against a key/value cache. Hypotheses are ranked by the GNMT
+length penalty ((5 + len) / 6)^alpha; the search stops for a sentence once no
+live hypothesis can beat its worst finished one (or it reaches input length +
+`max_extra_length`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax import model
+from t2t_jax.config import DecodeConfig, ModelConfig
+from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = -1.0e7  # finite, so that -inf - -inf never makes a NaN
+
+
+def length_penalty(length: Any, alpha: float) -> Any:
+  """GNMT length penalty ((5 + |Y|) / 6)^alpha (Wu et al. 2016), as the paper uses."""
+  return ((5.0 + length) / 6.0) ** alpha
+
+
+def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
+  """x [b, n, ...], beam_idx [b, m] -> [b, m, ...]."""
+  idx = beam_idx.reshape(beam_idx.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, idx, axis=1)
+
+
+def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int,
+                alpha: float, max_extra_length: int) -> tuple[jax.Array, jax.Array]:
+  """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
+
+  Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
+  penalised scores [b, beam], best first. Beam size 1 is greedy decoding.
+  """
+  transformer = model.Transformer(cfg)
+  apply = functools.partial(transformer.apply, {"params": params})
+  b, src_width = inputs.shape
+  k = beam_size
+  # Output length limit: input length (without EOS) + max_extra_length, per sentence.
+  src_len = jnp.maximum(jnp.sum(inputs != PAD_ID, axis=-1) - 1, 1)
+  max_len = src_len + max_extra_length                     # tokens before EOS
+  positions = src_width + max_extra_length                 # static upper bound
+  if cfg.positional == "learned":
+    positions = min(positions, cfg.max_len - 1)
+  max_len = jnp.minimum(max_len, positions)
+
+  encoded = apply(inputs, method=model.Transformer.encode)
+  rep = lambda x: jnp.repeat(x, k, axis=0)
+  inputs_rep = rep(inputs)
+  cache = apply(rep(encoded), positions + 1, method=model.Transformer.init_cache)
+
+  live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1))
+  state = {
+      "i": jnp.array(0, jnp.int32),
+      "live_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
+      "live_logp": live_logp,
+      "last": jnp.full((b, k), BOS_ID, jnp.int32),
+      "fin_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
+      "fin_scores": jnp.full((b, k), NEG_INF),
+      "done": jnp.zeros((b,), bool),
+      "cache": cache,
+  }
+
+  def cond(s):
+    return (s["i"] <= positions) & ~jnp.all(s["done"])
+
+  def body(s):
+    i = s["i"]
+    logits, cache = apply(s["cache"], s["last"].reshape(b * k), i, inputs_rep,
+                          method=model.Transformer.decode_step)
+    vocab = logits.shape[-1]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
+    token_ids = jnp.arange(vocab)
+    logp = jnp.where((token_ids == PAD_ID) | (token_ids == BOS_ID), NEG_INF, logp)
+    # At the length limit only EOS may follow.
+    at_limit = (i >= max_len)[:, None, None]
+    logp = jnp.where(at_limit & (token_ids != EOS_ID), NEG_INF, logp)
+
+    cand = (s["live_logp"][:, :, None] + logp).reshape(b, k * vocab)
+    top_logp, top_idx = jax.lax.top_k(cand, 2 * k)  # 2k: at most k of them end in EOS
+    beam_idx, tokens = top_idx // vocab, top_idx % vocab
+    seqs = _gather_beams(s["live_seqs"], beam_idx)
+    seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)
+    is_eos = tokens == EOS_ID
+
+    # Finished: merge newly ended hypotheses into the k best so far.
+    new_scores = jnp.where(is_eos, top_logp / length_penalty(i + 1.0, alpha), NEG_INF)
+    all_scores = jnp.concatenate([s["fin_scores"], new_scores], axis=1)
+    all_seqs = jnp.concatenate([s["fin_seqs"], seqs], axis=1)
+    fin_scores, fin_idx = jax.lax.top_k(all_scores, k)
+    fin_seqs = _gather_beams(all_seqs, fin_idx)
+
+    # Live: the k best that did not end.
+    live_logp, live_idx = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
+    live_seqs = _gather_beams(seqs, live_idx)
+    source_beam = _gather_beams(beam_idx, live_idx)
+    flat = (jnp.arange(b)[:, None] * k + source_beam).reshape(-1)
+    cache = jax.tree_util.tree_map(lambda c: c[flat], cache)
+
+    # A live hypothesis scores at best its current log-prob under the largest penalty.
+    best_live = live_logp[:, 0] / length_penalty(max_len + 1.0, alpha)
+    done = s["done"] | (fin_scores[:, -1] >= best_live) | (i >= max_len)
+    return {"i": i + 1, "live_seqs": live_seqs, "live_logp": live_logp,
+            "last": _gather_beams(tokens, live_idx), "fin_seqs": fin_seqs,
+            "fin_scores": fin_scores, "done": done, "cache": cache}
+
+  state = jax.lax.while_loop(cond, body, state)
+  seqs = state["fin_seqs"]
+  # Everything after the first EOS is PAD.
+  after_eos = jnp.cumsum(jnp.cumsum(seqs == EOS_ID, axis=-1), axis=-1) > 1
+  return jnp.where(after_eos, PAD_ID, seqs), state["fin_scores"]
+
+
+def replicate(tree: Any, n_devices: int) -> Any:
+  """Copies a pytree onto each local device once (leading axis = device), for pmap."""
+  stacked = jax.tree_util.tree_map(lambda x: np.broadcast_to(np.asarray(x), (n_devices,) + x.shape),
+                                   tree)
+  return jax.pmap(lambda x: x)(stacked)
+
+
+def strip(ids: Sequence[int]) -> list[int]:
+  """Token ids up to (not including) the first EOS."""
+  out = []
+  for t in ids:
+    if t == EOS_ID:
+      break
+    if t != PAD_ID:
+      out.append(int(t))
+  return out
+
+
+class Translator:
+  """Translates lists of sentences with beam search spread over all local devices.
+
+  Sentences are sorted by length and batched so each compiled shape is reused;
+  output order equals input order, and no sentence is dropped: an input longer
+  than `max_input_length` tokens is truncated, with a warning.
+  """
+
+  def __init__(self, params: Any, model_cfg: ModelConfig, decode_cfg: DecodeConfig,
+               vocab: Any, max_input_length: int, tokens_per_batch: int = 2048):
+    self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
+    self.max_input_length = max_input_length
+    self.tokens_per_batch = tokens_per_batch
+    self.devices = jax.local_devices()
+    self.params = replicate(params, len(self.devices))
+    self._search = jax.pmap(
+        functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
+                          alpha=decode_cfg.alpha,
+                          max_extra_length=decode_cfg.max_extra_length))
+
+  def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+    out, truncated = [], 0
+    for s in sentences:
+      ids = self.vocab.encode(s)
+      if len(ids) + 1 > self.max_input_length:
+        ids = ids[:self.max_input_length - 1]
+        truncated += 1
+      out.append(ids + [EOS_ID])
+    if truncated:
+      print(f"warning: {truncated} input sentence(s) longer than {self.max_input_length} "
+            f"tokens were truncated (still translated)", file=sys.stderr, flush=True)
+    return out
+
+  def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
+    """EOS-terminated source ids -> best hypothesis ids (without EOS), in input order."""
+    n_dev = len(self.devices)
+    order = sorted(range(len(sources)), key=lambda j: len(sources[j]))
+    results: list[list[int]] = [[] for _ in sources]
+    round8 = lambda n: -(-n // 8) * 8  # lengths in multiples of 8: few compiled shapes
+    start = 0
+    while start < len(order):
+      rows = max(1, self.tokens_per_batch // round8(len(sources[order[start]])))
+      chunk = order[start:start + rows * n_dev]
+      width = round8(len(sources[chunk[-1]]))
+      chunk = chunk[:max(1, self.tokens_per_batch // width) * n_dev]
+      # Rows per device rounded up to a power of two (bounded shapes, little waste).
+      per_dev = 1 << (-(-len(chunk) // n_dev) - 1).bit_length()
+      batch = np.zeros((n_dev * per_dev, width), np.int32)
+      for row, j in enumerate(chunk):
+        batch[row, :len(sources[j])] = sources[j]
+      seqs, _ = self._search(self.params, batch.reshape(n_dev, per_dev, width))
+      best = np.asarray(seqs)[:, :, 0].reshape(n_dev * per_dev, -1)
+      for row, j in enumerate(chunk):
+        results[j] = strip(best[row])
+      start += len(chunk)
+    return results
+
+  def translate(self, sentences: Sequence[str]) -> list[str]:
+    """Empty sentences give empty translations, so outputs stay aligned."""
+    nonempty = [j for j, s in enumerate(sentences) if s.strip()]
+    ids = self.translate_ids(self.encode([sentences[j] for j in nonempty]))
+    out = [""] * len(sentences)
+    for j, hyp in zip(nonempty, ids):
+      out[j] = self.vocab.decode(hyp)
+    return out
