@@ -17,6 +17,7 @@ setup(
         "tensorflow-datasets>=4.9.6",
         "sentencepiece>=0.2",
         "sacrebleu>=2.4",
+        "sacremoses>=0.1",
         "absl-py>=2.0",
         "clu>=0.0.12",
         "tensorboard>=2.16",
