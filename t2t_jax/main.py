@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from t2t_jax.errors import UserError
 from t2t_jax.config import ExperimentConfig, override, parse_set_flags, validate
@@ -69,6 +69,8 @@ def run_params(cfg: ExperimentConfig) -> None:
 
 
 def main(argv: list[str]) -> None:
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines quiet
   if len(argv) > 1:
     raise UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if FLAGS.mode not in MODES:

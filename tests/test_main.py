@@ -1,0 +1,65 @@
+"""The command-line contract: run as a user would, in a subprocess."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from t2t_jax.config import ExperimentConfig, override
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args, **kwargs):
+  env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+  return subprocess.run([sys.executable, "-m", "t2t_jax.main", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_params_mode_prints_count_and_breakdown_without_tensorflow():
+  code = ("import sys, runpy; sys.argv=['t2t_jax.main','--mode=params','--experiment=base_ende'];"
+          "\ntry:\n  runpy.run_module('t2t_jax.main', run_name='__main__')\nexcept SystemExit: pass"
+          "\nassert 'tensorflow' not in sys.modules, 'params mode imported TensorFlow'")
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert "params: 63045632" in r.stdout.splitlines()
+  assert "encoder" in r.stdout and "decoder" in r.stdout and "embed" in r.stdout
+
+
+def test_set_overrides_reach_the_model():
+  r = run("--mode=params", "--experiment=base_ende", "--set", "model.num_layers=2",
+          "--set", "model.vocab_size=1000")
+  assert r.returncode == 0, r.stderr
+  # 1000 * 512 + 2 * (3,150,336 + 4,199,936) from the closed form in test_model.
+  assert "params: 15212544" in r.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--experiment=nope"], "unknown experiment 'nope'; valid names: base_ende"),
+    (["--experiment=base_ende", "--set", "model.d_modle=3"],
+     "unknown config key 'model.d_modle'; did you mean model.d_model"),
+    (["--experiment=base_ende", "--set", "model.d_model=big"],
+     "model.d_model: expected an integer, got 'big'"),
+    (["--experiment=base_ende", "--set", "model.positional=rotary"],
+     "model.positional: 'rotary' is not one of sinusoidal, learned"),
+    (["--experiment=base_ende", "--set", "model.dropout"], "--set expects KEY=VALUE"),
+    (["--experiment=base_ende", "--mode=fly"], "unknown --mode='fly'"),
+    (["--experiment=base_ende", "--no_such_flag=1"], "no_such_flag"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+  r = run("--mode=params", *args) if not any(a.startswith("--mode") for a in args) else run(*args)
+  assert r.returncode == 2, (r.stdout, r.stderr)
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+  assert message in lines[0]
+  assert "Traceback" not in r.stderr
+
+
+def test_override_parses_types_and_keeps_config_frozen():
+  cfg = ExperimentConfig()
+  new = override(cfg, {"train.steps": "1e3", "model.dropout": "0.2", "model.dtype": "bfloat16"})
+  assert (new.train.steps, new.model.dropout, new.model.dtype) == (1000, 0.2, "bfloat16")
+  assert cfg.train.steps == 100_000
