@@ -36,11 +36,14 @@ def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
 
 
 def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int,
-                alpha: float, max_extra_length: int) -> tuple[jax.Array, jax.Array]:
+                alpha: float, max_extra_length: int, cached: bool = True
+                ) -> tuple[jax.Array, jax.Array]:
   """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
 
   Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
   penalised scores [b, beam], best first. Beam size 1 is greedy decoding.
+  `cached=False` re-runs the decoder over the whole prefix at every step: the
+  same search without the key/value cache, kept only as a benchmark baseline.
   """
   transformer = model.Transformer(cfg)
   apply = functools.partial(transformer.apply, {"params": params})
@@ -56,8 +59,8 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
 
   encoded = apply(inputs, method=model.Transformer.encode)
   rep = lambda x: jnp.repeat(x, k, axis=0)
-  inputs_rep = rep(inputs)
-  cache = apply(rep(encoded), positions + 1, method=model.Transformer.init_cache)
+  inputs_rep, encoded_rep = rep(inputs), rep(encoded)
+  cache = apply(encoded_rep, positions + 1, method=model.Transformer.init_cache) if cached else {}
 
   live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1))
   state = {
@@ -76,8 +79,15 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
 
   def body(s):
     i = s["i"]
-    logits, cache = apply(s["cache"], s["last"].reshape(b * k), i, inputs_rep,
-                          method=model.Transformer.decode_step)
+    if cached:
+      logits, cache = apply(s["cache"], s["last"].reshape(b * k), i, inputs_rep,
+                            method=model.Transformer.decode_step)
+    else:
+      prefix = jnp.concatenate([jnp.full((b * k, 1), BOS_ID, jnp.int32),
+                                s["live_seqs"].reshape(b * k, -1)[:, :-1]], axis=1)
+      prefix = jnp.where(jnp.arange(positions + 1) <= i, prefix, PAD_ID)
+      all_logits = apply(encoded_rep, inputs_rep, prefix, method=model.Transformer.decode)
+      logits, cache = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False), {}
     vocab = logits.shape[-1]
     logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
     token_ids = jnp.arange(vocab)

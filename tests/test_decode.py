@@ -139,3 +139,11 @@ def test_translator_keeps_order_alignment_and_truncates(params, capsys):
   # Each output equals translating that sentence on its own.
   for j in (0, 3, 4):
     assert tr.translate([sentences[j]]) == [out[j]]
+
+
+def test_uncached_search_finds_the_same_hypotheses(params):
+  src = _sources([5, 3], 7, seed=5)
+  run = lambda cached: decode.beam_search(params, src, TINY, 3, 0.6, 6, cached=cached)
+  (s1, sc1), (s2, sc2) = run(True), run(False)
+  np.testing.assert_array_equal(np.asarray(s1), np.asarray(s2))
+  np.testing.assert_allclose(sc1, sc2, atol=1e-4)
