@@ -15,6 +15,7 @@ setup(
         "orbax-checkpoint>=0.6",
         "tensorflow-cpu>=2.16",
         "tensorflow-datasets>=4.9.6",
+        "importlib_resources>=6",  # tfds 4.9 imports it without declaring it
         "sentencepiece>=0.2",
         "sacrebleu>=2.4",
         "sacremoses>=0.1",

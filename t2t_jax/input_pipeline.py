@@ -1,0 +1,409 @@
+"""Length-bucketed batches of ~`train.tokens_per_step` tokens, ready for pmap.
+
+Preparation (once, cached under the data directory): the source becomes a
+prepared tfds dataset, a shared SentencePiece vocabulary is trained on both
+sides of the training split, and every split is tokenised once into flat
+int32 arrays. Training then never touches text or SentencePiece again.
+
+Batching is a pure function of (seed, step), computed in numpy from example
+lengths alone:
+  * buckets start at 8 tokens and grow by ~10% (T2T's scheme) up to
+    `data.max_length`; an example's length is max(source, target) + EOS;
+  * every optimiser step takes one bucket of length L and floor(tokens_per_step
+    / L) examples, the same examples whatever the device count (results do not
+    change with the number of GPUs); they are split into devices x
+    accumulation micro-batches, filler rows all PAD;
+  * each epoch is a fresh permutation from (seed, epoch) and the number of
+    batches per epoch is fixed, so step k maps to (epoch, index) directly and a
+    restarted run yields exactly the batches an uninterrupted run yields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from t2t_jax import data_sources
+from t2t_jax.config import ExperimentConfig
+from t2t_jax.data_sources import DataError, Source
+from t2t_jax.special_tokens import EOS_ID, PAD_ID
+from t2t_jax.vocab import Vocabulary
+
+CACHE_VERSION = 1
+
+
+def default_data_dir() -> str:
+  return os.environ.get("T2T_JAX_DATA_DIR") or os.path.expanduser("~/.cache/t2t_jax")
+
+
+def bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.1) -> list[int]:
+  """8, 9, 10, ..., growing by ~10% (T2T), ending exactly at `max_length`."""
+  bounds, x = [], min_length
+  while x < max_length:
+    bounds.append(x)
+    x = max(x + 1, int(x * growth))
+  bounds.append(max_length)
+  return bounds
+
+
+def accumulation_steps(cfg: ExperimentConfig, num_devices: int) -> int:
+  """Micro-batches per device per update so each holds <= max_tokens_per_batch tokens."""
+  return max(1, math.ceil(cfg.train.tokens_per_step /
+                          (num_devices * cfg.train.max_tokens_per_batch)))
+
+
+def _log(message: str) -> None:
+  print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Preparation and caching
+
+
+def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str] | None]:
+  """The cache directory for this source + vocabulary, and the folder's splits."""
+  root = cfg.data.data_dir or default_data_dir()
+  splits = None
+  if source.kind == "tfds":
+    key = f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
+  else:
+    splits = data_sources.folder_splits(source)
+    base = os.path.basename(source.name.rstrip("/")) or "folder"
+    key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-" \
+          f"{data_sources.folder_fingerprint(source, splits)}"
+  vocab_key = f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
+  return os.path.join(root, key, vocab_key), splits
+
+
+def resolve_source(cfg: ExperimentConfig) -> Source:
+  """The parsed data source; the demo folder is generated on first use."""
+  source = data_sources.parse_spec(cfg.data.dataset)
+  if source.kind == "demo":
+    root = cfg.data.data_dir or default_data_dir()
+    path = os.path.join(root, f"demo_corpus_v{CACHE_VERSION}_seed0")
+    if not os.path.isdir(path):
+      _log(f"generating the synthetic demo corpus in {path}")
+      os.makedirs(root, exist_ok=True)
+      data_sources.write_demo_folder(path, seed=0)
+    source = Source("folder", path, source.src_lang, source.tgt_lang)
+  return source
+
+
+def _read_all(cfg: ExperimentConfig, source: Source, splits: list[str] | None,
+              tfds_dir: str) -> tuple[dict[str, tuple[list[str], list[str]]], dict[str, int]]:
+  """Text of every needed split, through tfds; also how many empty pairs were dropped."""
+  wanted = [cfg.data.train_split, cfg.data.dev_split, cfg.data.test_split]
+  texts, dropped = {}, {}
+  if source.kind == "folder":
+    for split in wanted:
+      if split not in splits:
+        lang_files = [os.path.join(source.name, f"{split}.{lang}")
+                      for lang in (source.src_lang, source.tgt_lang)]
+        missing = [p for p in lang_files if not os.path.exists(p)]
+        raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name})")
+    # Validate every file first: a clear one-line error, before tfds writes anything.
+    for split in splits:
+      _, _, dropped[split] = data_sources.read_pair_files(source, split)
+    _log(f"preparing tfds dataset for {source.name} ({', '.join(splits)})")
+    data_sources.prepare_folder_tfds(source, splits, tfds_dir)
+    for split in wanted:
+      texts[split] = _read_tfds_builder(tfds_dir, source, split, splits)
+  else:
+    for split in wanted:
+      _log(f"reading tfds:{source.name} split {split}")
+      texts[split] = data_sources.read_tfds(source.name, split, source.src_lang,
+                                            source.tgt_lang, cfg.data.data_dir or None)
+      dropped[split] = 0
+      keep = [(s, t) for s, t in zip(*texts[split]) if s.strip() and t.strip()]
+      dropped[split] = len(texts[split][0]) - len(keep)
+      texts[split] = ([s for s, _ in keep], [t for _, t in keep])
+  return texts, dropped
+
+
+def _read_tfds_builder(tfds_dir: str, source: Source, split: str, splits: list[str]):
+  import tensorflow_datasets as tfds
+  from t2t_jax import tfds_folder
+  builder = tfds_folder.ParallelFolder(data_dir=tfds_dir, folder=source.name,
+                                       src_lang=source.src_lang, tgt_lang=source.tgt_lang,
+                                       splits=tuple(splits))
+  src, tgt = [], []
+  for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+    src.append(ex[source.src_lang].decode("utf-8"))
+    tgt.append(ex[source.tgt_lang].decode("utf-8"))
+  return src, tgt
+
+
+def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[str] | None
+             ) -> None:
+  """Builds the cache in a temporary directory and renames it into place when complete."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  tmp = f"{out_dir}.tmp{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  try:
+    start = time.time()
+    texts, dropped = _read_all(cfg, source, splits, os.path.join(tmp, "tfds"))
+    train_src, train_tgt = texts[cfg.data.train_split]
+    _log(f"training a {cfg.data.vocab_type} SentencePiece vocabulary of <= "
+         f"{cfg.model.vocab_size} pieces on {2 * len(train_src)} training sentences")
+    vocab = _train_vocab(train_src + train_tgt, os.path.join(tmp, "spm.model"), cfg)
+    meta = {"source": dataclasses.asdict(source), "vocab_size": vocab.size,
+            "dropped_empty": dropped, "splits": {}}
+    for split, (src, tgt) in texts.items():
+      _log(f"tokenising {split}: {len(src)} pairs")
+      for side, lines in (("src", src), ("tgt", tgt)):
+        ids = vocab.encode_many(lines)
+        lengths = np.array([len(x) for x in ids], np.int32)
+        flat = np.fromiter((t for x in ids for t in x), np.int32, count=int(lengths.sum()))
+        np.save(os.path.join(tmp, f"{split}.{side}.ids.npy"), flat)
+        np.save(os.path.join(tmp, f"{split}.{side}.len.npy"), lengths)
+        with open(os.path.join(tmp, f"{split}.{side}.txt"), "w", encoding="utf-8") as f:
+          f.write("".join(line.replace("\n", " ") + "\n" for line in lines))
+      meta["splits"][split] = len(src)
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+      json.dump(meta, f, indent=2)
+    shutil.rmtree(os.path.join(tmp, "tfds"), ignore_errors=True)
+    if os.path.exists(out_dir):  # another process finished first
+      shutil.rmtree(tmp)
+    else:
+      os.replace(tmp, out_dir)
+    _log(f"prepared data in {out_dir} ({time.time() - start:.0f}s)")
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+
+
+def _train_vocab(lines: list[str], path: str, cfg: ExperimentConfig) -> Vocabulary:
+  from t2t_jax import vocab
+  v = vocab.train(lines, path, cfg.model.vocab_size, cfg.data.vocab_type)
+  if v.size > cfg.model.vocab_size:
+    raise DataError(f"vocabulary has {v.size} pieces, more than model.vocab_size="
+                    f"{cfg.model.vocab_size}")
+  return v
+
+
+def prepared_dir(cfg: ExperimentConfig) -> str:
+  """Prepares the data if needed and returns its cache directory."""
+  source = resolve_source(cfg)
+  out_dir, splits = _prepared_dir(cfg, source)
+  if not os.path.exists(os.path.join(out_dir, "meta.json")):
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    _prepare(cfg, source, out_dir, splits)
+  return out_dir
+
+
+def load_vocab(cfg: ExperimentConfig) -> Vocabulary:
+  """The experiment's cached vocabulary (prepared on first use)."""
+  return Vocabulary(os.path.join(prepared_dir(cfg), "spm.model"))
+
+
+# ---------------------------------------------------------------------------
+# Batches
+
+
+@dataclasses.dataclass
+class _Split:
+  src_flat: np.ndarray
+  src_start: np.ndarray
+  src_len: np.ndarray
+  tgt_flat: np.ndarray
+  tgt_start: np.ndarray
+  tgt_len: np.ndarray
+
+  def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+    s, t = self.src_start[i], self.tgt_start[i]
+    return (self.src_flat[s:s + self.src_len[i]], self.tgt_flat[t:t + self.tgt_len[i]])
+
+
+def _load_split(directory: str, split: str) -> _Split:
+  arrays = {}
+  for side in ("src", "tgt"):
+    flat = np.load(os.path.join(directory, f"{split}.{side}.ids.npy"), mmap_mode="r")
+    lengths = np.load(os.path.join(directory, f"{split}.{side}.len.npy"))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    arrays[side] = (flat, starts, lengths)
+  return _Split(*arrays["src"], *arrays["tgt"])
+
+
+class Dataset:
+  """Prepared data of one experiment: vocabulary, training batches, eval batches, raw text."""
+
+  def __init__(self, cfg: ExperimentConfig, directory: str, num_devices: int,
+               process_index: int = 0, process_count: int = 1):
+    self.cfg, self.directory = cfg, directory
+    self.num_devices, self.process_index, self.process_count = \
+        num_devices, process_index, process_count
+    self.accum_steps = accumulation_steps(cfg, num_devices * process_count)
+    self.vocab = Vocabulary(os.path.join(directory, "spm.model"))
+    with open(os.path.join(directory, "meta.json")) as f:
+      self.meta = json.load(f)
+    self.src_lang = self.meta["source"]["src_lang"]
+    self.tgt_lang = self.meta["source"]["tgt_lang"]
+    self.boundaries = np.array(bucket_boundaries(cfg.data.max_length), np.int64)
+    self.train = _load_split(directory, cfg.data.train_split)
+    lengths = np.maximum(self.train.src_len, self.train.tgt_len) + 1  # + EOS
+    keep = lengths <= cfg.data.max_length
+    self.num_filtered = int((~keep).sum())
+    self._train_ids = np.nonzero(keep)[0]
+    self._bucket_of = np.searchsorted(self.boundaries, lengths[self._train_ids])
+    # Rows per step for each bucket: the step's token budget over the bucket length.
+    self._rows = np.maximum(1, cfg.train.tokens_per_step // self.boundaries)
+    counts = np.bincount(self._bucket_of, minlength=len(self.boundaries))
+    self._batches_per_bucket = -(-counts // self._rows)
+    self.steps_per_epoch = int(self._batches_per_bucket.sum())
+    if self.steps_per_epoch == 0:
+      raise DataError(f"no training pairs of at most {cfg.data.max_length} tokens")
+    self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+
+  # -- training ------------------------------------------------------------
+
+  def _epoch(self, epoch: int) -> list[np.ndarray]:
+    """The epoch's global batches (arrays of example ids), in training order."""
+    if self._epoch_cache and self._epoch_cache[0] == epoch:
+      return self._epoch_cache[1]
+    rng = np.random.default_rng([self.cfg.train.seed, epoch])
+    order = rng.permutation(len(self._train_ids))
+    ids, buckets = self._train_ids[order], self._bucket_of[order]
+    batches = []
+    for b in np.nonzero(self._batches_per_bucket)[0]:
+      members = ids[buckets == b]
+      rows = int(self._rows[b])
+      batches.extend(members[i:i + rows] for i in range(0, len(members), rows))
+    batches = [batches[i] for i in rng.permutation(len(batches))]
+    self._epoch_cache = (epoch, batches)
+    return batches
+
+  def step_examples(self, step: int) -> np.ndarray:
+    """Example ids of optimiser step `step` (the same for every device layout)."""
+    epoch, index = divmod(step, self.steps_per_epoch)
+    return self._epoch(epoch)[index]
+
+  def _micro_rows(self, bucket_rows: int) -> int:
+    """Rows per micro-batch: the bucket's full step, split over devices x accumulation.
+
+    A bucket's last, partial batch of an epoch keeps the full shape (filler rows),
+    so each bucket compiles once.
+    """
+    return -(-bucket_rows // (self.num_devices * self.process_count * self.accum_steps))
+
+  def _assemble(self, ids: np.ndarray, length: int, bucket_rows: int) -> dict[str, np.ndarray]:
+    """[process_count * num_devices * accum, m, L] global layout -> this process's share."""
+    micro_batches = self.num_devices * self.process_count * self.accum_steps
+    rows = self._micro_rows(bucket_rows)
+    shape = (micro_batches * rows, length)
+    per_process = shape[0] // self.process_count
+    lo = self.process_index * per_process
+    inputs, targets = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+    for r in range(lo, min(lo + per_process, len(ids))):
+      src, tgt = self.train.example(int(ids[r]))
+      inputs[r, :len(src)] = src
+      inputs[r, len(src)] = EOS_ID
+      targets[r, :len(tgt)] = tgt
+      targets[r, len(tgt)] = EOS_ID
+    local = (self.num_devices, self.accum_steps, rows, length)
+    return {"inputs": inputs[lo:lo + per_process].reshape(local),
+            "targets": targets[lo:lo + per_process].reshape(local)}
+
+  def batch(self, step: int) -> dict[str, np.ndarray]:
+    """int32 {"inputs", "targets"} [devices, accum, batch, length] for optimiser step `step`."""
+    ids = self.step_examples(step)
+    bucket = int(self._bucket_of_example(ids[:1])[0])
+    return self._assemble(ids, int(self.boundaries[bucket]), int(self._rows[bucket]))
+
+  def _bucket_of_example(self, ids: np.ndarray) -> np.ndarray:
+    lengths = np.maximum(self.train.src_len[ids], self.train.tgt_len[ids]) + 1
+    return np.searchsorted(self.boundaries, lengths)
+
+  def train_batches(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """Batches for steps start_step, start_step + 1, ... forever."""
+    step = start_step
+    while True:
+      yield self.batch(step)
+      step += 1
+
+  # -- evaluation ------------------------------------------------------------
+
+  def split(self, name: str) -> _Split:
+    if not os.path.exists(os.path.join(self.directory, f"{name}.src.ids.npy")):
+      raise DataError(f"split {name!r} is not prepared in {self.directory}")
+    return self.train if name == self.cfg.data.train_split else _load_split(self.directory, name)
+
+  def eval_batches(self, split: str, batch_tokens: int | None = None
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    """Every example of `split` once (longer ones truncated), [devices, batch, length]."""
+    data = self.split(split)
+    max_len = self.cfg.data.max_length
+    lengths = np.minimum(np.maximum(data.src_len, data.tgt_len) + 1, max_len)
+    order = np.argsort(lengths, kind="stable")
+    budget = batch_tokens or self.cfg.train.max_tokens_per_batch
+    i = 0
+    while i < len(order):
+      length = int(self.boundaries[np.searchsorted(self.boundaries, lengths[order[i]])])
+      rows = max(1, budget // length)
+      chunk = order[i:i + rows * self.num_devices]
+      length = int(self.boundaries[np.searchsorted(self.boundaries, lengths[chunk].max())])
+      per_dev = -(-len(chunk) // self.num_devices)
+      inputs = np.zeros((self.num_devices * per_dev, length), np.int32)
+      targets = np.zeros_like(inputs)
+      for r, j in enumerate(chunk):
+        src, tgt = data.example(int(j))
+        src, tgt = src[:length - 1], tgt[:length - 1]
+        inputs[r, :len(src)], inputs[r, len(src)] = src, EOS_ID
+        targets[r, :len(tgt)], targets[r, len(tgt)] = tgt, EOS_ID
+      yield {"inputs": inputs.reshape(self.num_devices, per_dev, length),
+             "targets": targets.reshape(self.num_devices, per_dev, length)}
+      i += len(chunk)
+
+  def raw(self, split: str) -> tuple[list[str], list[str]]:
+    """Source and reference text of a split, every pair (for BLEU against raw references)."""
+    self.split(split)
+    out = []
+    for side in ("src", "tgt"):
+      with open(os.path.join(self.directory, f"{split}.{side}.txt"), encoding="utf-8") as f:
+        out.append(f.read().split("\n")[:-1])
+    return out[0], out[1]
+
+  def info(self) -> dict[str, Any]:
+    """Summary figures; the padding fraction is measured over one epoch."""
+    slots = real = 0
+    shapes = set()
+    for step in range(self.steps_per_epoch):
+      ids = self.step_examples(step)
+      bucket = int(self._bucket_of_example(ids[:1])[0])
+      length = int(self.boundaries[bucket])
+      micro = self.num_devices * self.process_count * self.accum_steps
+      rows = self._micro_rows(int(self._rows[bucket]))
+      shapes.add((rows, length))
+      slots += 2 * micro * rows * length
+      real += int(self.train.src_len[ids].sum() + self.train.tgt_len[ids].sum()) + 2 * len(ids)
+    return {"train_pairs": len(self._train_ids), "filtered_too_long": self.num_filtered,
+            "dropped_empty": self.meta["dropped_empty"], "splits": self.meta["splits"],
+            "vocab_size": self.vocab.size, "steps_per_epoch": self.steps_per_epoch,
+            "accum_steps": self.accum_steps, "num_shapes": len(shapes),
+            "padding_fraction": round(1 - real / max(slots, 1), 4)}
+
+  def summary(self) -> str:
+    m = self.meta
+    return (f"data: {self.cfg.data.dataset} ({self.src_lang}->{self.tgt_lang}), "
+            f"{len(self._train_ids)} training pairs, {self.num_filtered} longer than "
+            f"{self.cfg.data.max_length} tokens filtered, "
+            f"{sum(m['dropped_empty'].values())} empty pairs dropped, vocabulary {self.vocab.size}, "
+            f"{self.steps_per_epoch} steps per epoch, {len(self.boundaries)} length buckets")
+
+
+def load(cfg: ExperimentConfig, num_devices: int, process_index: int = 0,
+         process_count: int = 1) -> Dataset:
+  """Prepares (or reuses) the experiment's data and returns its batches."""
+  ds = Dataset(cfg, prepared_dir(cfg), num_devices, process_index, process_count)
+  _log(ds.summary())
+  return ds
+
