@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import decode, model
+from t2t_jax import decode, model, parallel
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import EOS_ID
 
@@ -37,7 +37,7 @@ def run(cfg: ModelConfig, num_devices: int, batch_per_device: int = 4, src_len: 
   cfg = dataclasses.replace(cfg, dropout=0.0)
   devices = jax.local_devices()[:num_devices]
   params = _never_ending(model.init_params(cfg, jax.random.PRNGKey(0)), cfg)
-  params = decode.replicate(params, num_devices)
+  params = parallel.replicate(params, num_devices)
   rng = np.random.default_rng(0)
   src = rng.integers(4, cfg.vocab_size, size=(num_devices, batch_per_device, src_len + 1))
   src[..., -1] = EOS_ID

@@ -217,7 +217,7 @@ def demo_corpus(seed: int = 0) -> dict[str, tuple[list[str], list[str]]]:
       src.append(adverb[0])
       tail_t.append(adverb[1])
     tgt = subj_t + obj_t + tail_t + [verb_t + ("n" if number == "pl" else "t")]
-    return " ".join(src) + " .", " ".join(tgt) + " ."
+    return " ".join(src) + ".", " ".join(tgt) + "."
 
   out: dict[str, tuple[list[str], list[str]]] = {}
   seen: set[str] = set()

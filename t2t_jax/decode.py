@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import model
+from t2t_jax import model, parallel
 from t2t_jax.config import DecodeConfig, ModelConfig
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -131,13 +131,6 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
   return jnp.where(after_eos, PAD_ID, seqs), state["fin_scores"]
 
 
-def replicate(tree: Any, n_devices: int) -> Any:
-  """Copies a pytree onto each local device once (leading axis = device), for pmap."""
-  stacked = jax.tree_util.tree_map(lambda x: np.broadcast_to(np.asarray(x), (n_devices,) + x.shape),
-                                   tree)
-  return jax.pmap(lambda x: x)(stacked)
-
-
 def strip(ids: Sequence[int]) -> list[int]:
   """Token ids up to (not including) the first EOS."""
   out = []
@@ -163,7 +156,7 @@ class Translator:
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch
     self.devices = jax.local_devices()
-    self.params = replicate(params, len(self.devices))
+    self.params = parallel.replicate(params, len(self.devices))
     self._search = jax.pmap(
         functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
                           alpha=decode_cfg.alpha,

@@ -29,6 +29,7 @@ flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_mod
 flags.DEFINE_string("input", None, "translate: read sentences from this file (default stdin).")
 flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
+flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
 
 
 class UsageError(UserError):
@@ -81,7 +82,45 @@ def main(argv: list[str]) -> None:
     return
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
-  raise UsageError(f"--mode={FLAGS.mode} is not implemented yet")
+  workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
+  if FLAGS.mode == "train":
+    run_train(cfg, workdir)
+  elif FLAGS.mode == "average":
+    from t2t_jax import train
+    train.run_average(cfg, workdir)
+  elif FLAGS.mode == "eval":
+    from t2t_jax import evaluate
+    evaluate.run_eval(cfg, workdir, samples=3)
+  elif FLAGS.mode == "translate":
+    from t2t_jax import evaluate
+    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output)
+  elif FLAGS.mode == "attention":
+    from t2t_jax import evaluate
+    evaluate.run_attention(cfg, workdir, FLAGS.sentence, FLAGS.layer, FLAGS.output)
+
+
+def run_train(cfg: ExperimentConfig, workdir: str) -> None:
+  """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
+  from t2t_jax import evaluate, train
+  state = train.train_and_evaluate(cfg, workdir)
+  if int(state.step) < cfg.train.steps:
+    return
+  stored = [os.path.join(workdir, "eval", f"{s}.json")
+            for s in (cfg.data.dev_split, cfg.data.test_split)]
+  averaged = os.path.join(workdir, "averaged", "averaged.json")
+  if all(os.path.exists(p) and os.path.exists(averaged) and
+         os.path.getmtime(p) >= os.path.getmtime(averaged) for p in stored):
+    import json
+    print("training already finished; final evaluation (from WORKDIR/eval):")
+    for path in stored:
+      with open(path) as f:
+        r = json.load(f)
+      print(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
+            f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} sentences, "
+            f"{r['checkpoint']}]")
+    return
+  train.run_average(cfg, workdir)
+  evaluate.run_eval(cfg, workdir, samples=3)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -1,0 +1,27 @@
+"""The paper's optimiser (section 5.3): Adam(0.9, 0.98, 1e-9) with warmup + inverse square root."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax.numpy as jnp
+import optax
+
+from t2t_jax.config import ExperimentConfig
+
+
+def learning_rate(step, d_model: int, warmup_steps: int, scale: float = 1.0):
+  """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
+  step = jnp.maximum(jnp.asarray(step, jnp.float32), 1.0)
+  return scale * d_model ** -0.5 * jnp.minimum(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def schedule(cfg: ExperimentConfig) -> Callable:
+  """optax counts updates from 0; update number n (1-based) uses lrate(n)."""
+  return lambda count: learning_rate(count + 1, cfg.model.d_model, cfg.train.warmup_steps,
+                                     cfg.train.learning_rate_scale)
+
+
+def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
+  t = cfg.train
+  return optax.adam(schedule(cfg), b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)

@@ -1,0 +1,21 @@
+"""Moving pytrees between the host and the local devices for pmap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def replicate(tree: Any, n_devices: int | None = None) -> Any:
+  """Copies a pytree onto each local device once (leading axis = device)."""
+  n = n_devices or jax.local_device_count()
+  stacked = jax.tree_util.tree_map(
+      lambda x: np.broadcast_to(np.asarray(x), (n,) + np.shape(x)), tree)
+  return jax.pmap(lambda x: x, devices=jax.local_devices()[:n])(stacked)
+
+
+def unreplicate(tree: Any) -> Any:
+  """The first device's copy, on the host."""
+  return jax.tree_util.tree_map(lambda x: np.asarray(x[0]), tree)

@@ -1,0 +1,302 @@
+"""Training: a pmapped pure train step with gradient accumulation, and one readable loop.
+
+Every optimiser update averages the label-smoothed cross-entropy over all
+non-pad target tokens of the step, whatever the number of devices or
+accumulation steps: per-micro-batch *sums* are accumulated with `lax.scan`,
+averaged over devices with `lax.pmean`, and divided by the (equally averaged)
+token count. So the 8-GPU recipe and its 1-device, 8-accumulation replay give
+the same update.
+
+Resuming is exact: the input pipeline and the dropout RNG are pure functions
+of (seed, step), so a checkpoint only needs the train state and its step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from t2t_jax import checkpoints, input_pipeline, model, optim, parallel
+from t2t_jax.config import ExperimentConfig
+from t2t_jax.errors import UserError
+from t2t_jax.special_tokens import PAD_ID
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  bad_step: jax.Array  # first step whose loss was not finite, else -1
+
+
+def init_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation) -> TrainState:
+  params = model.init_params(cfg.model, jax.random.PRNGKey(cfg.train.seed))
+  return TrainState(step=jnp.array(0, jnp.int32), params=params,
+                    opt_state=optimizer.init(params), bad_step=jnp.array(-1, jnp.int32))
+
+
+def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
+              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(label-smoothed cross-entropy, plain NLL, token count), summed over non-pad targets.
+
+  Smoothing (section 5.4): the true token gets 1 - eps, the other V - 1 tokens
+  eps / (V - 1) each. The constant entropy of that distribution is subtracted
+  so a perfect model scores 0. One-hot form: faster than a gather on XLA:CPU.
+  """
+  vocab = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  target_logp = jnp.sum(jax.nn.one_hot(targets, vocab, dtype=logp.dtype) * logp, axis=-1)
+  smoothed = -(confidence - low) * target_logp - low * jnp.sum(logp, axis=-1)
+  entropy = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low)) \
+      if label_smoothing > 0 else 0.0
+  weights = (targets != PAD_ID).astype(jnp.float32)
+  return (jnp.sum((smoothed - entropy) * weights), -jnp.sum(target_logp * weights),
+          jnp.sum(weights))
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
+               cfg: ExperimentConfig, optimizer: optax.GradientTransformation,
+               axis_name: str = "devices") -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimiser update from a device's [accum, batch, length] share of the step."""
+  rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))  # per device
+  transformer = model.Transformer(cfg.model)
+
+  def micro(carry, xs):
+    mb, index = xs
+
+    def loss_of(params):
+      logits = transformer.apply({"params": params}, mb["inputs"], mb["targets"], train=True,
+                                 rngs={"dropout": jax.random.fold_in(rng, index)})
+      smoothed, nll, tokens = loss_sums(logits, mb["targets"], cfg.model.label_smoothing)
+      return smoothed, (nll, tokens)
+
+    (smoothed, (nll, tokens)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    acc_grads, acc_loss, acc_nll, acc_tokens = carry
+    return (jax.tree_util.tree_map(jnp.add, acc_grads, grads), acc_loss + smoothed,
+            acc_nll + nll, acc_tokens + tokens), None
+
+  accum = batch["inputs"].shape[0]
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+  init = (zeros, jnp.float32(0), jnp.float32(0), jnp.float32(0))
+  (grads, loss, nll, tokens), _ = jax.lax.scan(micro, init, (batch, jnp.arange(accum)))
+  grads, loss, nll, tokens = jax.lax.pmean((grads, loss, nll, tokens), axis_name)
+  tokens = jnp.maximum(tokens, 1e-9)
+  grads = jax.tree_util.tree_map(lambda g: g / tokens, grads)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(grads))
+  # A non-finite step leaves the parameters as they were and records the step.
+  keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+  new_state = TrainState(
+      step=state.step + 1, params=keep(params, state.params),
+      opt_state=keep(opt_state, state.opt_state),
+      bad_step=jnp.where((state.bad_step < 0) & ~finite, state.step + 1, state.bad_step))
+  metrics = {"loss": loss / tokens, "nll": nll / tokens,
+             "tokens": tokens * jax.lax.psum(1, axis_name),
+             "learning_rate": optim.schedule(cfg)(state.step)}
+  return new_state, metrics
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *, cfg: ExperimentConfig,
+              axis_name: str = "devices") -> dict[str, jax.Array]:
+  """Summed smoothed loss, NLL and token count over a [batch, length] share."""
+  logits = model.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
+                                              batch["targets"])
+  smoothed, nll, tokens = loss_sums(logits, batch["targets"], cfg.model.label_smoothing)
+  return jax.lax.psum({"loss": smoothed, "nll": nll, "tokens": tokens}, axis_name)
+
+
+def make_steps(cfg: ExperimentConfig, optimizer: optax.GradientTransformation, devices=None):
+  """The pmapped train and eval steps (state donated)."""
+  p_train = jax.pmap(functools.partial(train_step, cfg=cfg, optimizer=optimizer),
+                     axis_name="devices", donate_argnums=(0,), devices=devices)
+  p_eval = jax.pmap(functools.partial(eval_step, cfg=cfg), axis_name="devices",
+                    devices=devices)
+  return p_train, p_eval
+
+
+def evaluate_loss(p_eval, params, ds: input_pipeline.Dataset, split: str) -> dict[str, float]:
+  """Dev loss and per-wordpiece perplexity (Table 3's PPL column)."""
+  totals = {"loss": 0.0, "nll": 0.0, "tokens": 0.0}
+  for batch in ds.eval_batches(split):
+    out = p_eval(params, batch)
+    for k in totals:
+      totals[k] += float(out[k][0])
+  tokens = max(totals["tokens"], 1.0)
+  return {"dev_loss": totals["loss"] / tokens, "dev_nll": totals["nll"] / tokens,
+          "dev_ppl": math.exp(min(totals["nll"] / tokens, 50.0))}
+
+
+def step_rng(seed: int, step: int) -> jax.Array:
+  """The dropout RNG of optimiser step `step`: a pure function, so resume is exact."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed), step)
+
+
+class MetricsLog:
+  """WORKDIR/metrics.jsonl (one object per logged step) plus TensorBoard via clu."""
+
+  def __init__(self, workdir: str, resume_step: int, enabled: bool):
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.enabled = enabled
+    if not enabled:
+      return
+    if os.path.exists(self.path):  # drop entries a resumed run will log again
+      with open(self.path) as f:
+        kept = [l for l in f if l.strip() and json.loads(l)["step"] <= resume_step]
+      with open(self.path + ".tmp", "w") as f:
+        f.writelines(kept)
+      os.replace(self.path + ".tmp", self.path)
+    from clu import metric_writers
+    self.writer = metric_writers.create_default_writer(
+        os.path.join(workdir, "tensorboard"), just_logging=False, asynchronous=False)
+
+  def write(self, step: int, values: dict[str, float]) -> None:
+    if not self.enabled:
+      return
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"step": step, **values}) + "\n")
+    self.writer.write_scalars(step, {k: v for k, v in values.items() if k != "step"})
+    self.writer.flush()
+
+
+def _fmt_time(seconds: float) -> str:
+  seconds = int(seconds)
+  h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
+  """Records what the workdir was trained with; a mismatching later run is refused."""
+  import dataclasses
+  path = os.path.join(workdir, "experiment.json")
+  info = {"experiment": cfg.name, "config": dataclasses.asdict(cfg)}
+  if os.path.exists(path):
+    with open(path) as f:
+      old = json.load(f)
+    for key in ("model", "data"):
+      if old["config"][key] != info["config"][key]:
+        diff = sorted(k for k in info["config"][key]
+                      if old["config"][key].get(k) != info["config"][key][k])
+        raise UserError(f"{workdir} was trained with experiment {old['experiment']!r} and "
+                        f"different {key} settings ({', '.join(f'{key}.{k}' for k in diff)}); "
+                        f"use another --workdir")
+  with open(path + ".tmp", "w") as f:
+    json.dump(info, f, indent=2)
+  os.replace(path + ".tmp", path)
+
+
+def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> TrainState:
+  """Trains to `train.steps`, checkpointing and evaluating as configured; resumes if possible."""
+  t = cfg.train
+  os.makedirs(workdir, exist_ok=True)
+  write_run_info(cfg, workdir)
+  devices = jax.local_devices()
+  n_dev = len(devices)
+  ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
+                           process_count=jax.process_count())
+  optimizer = optim.make_optimizer(cfg)
+  state = init_state(cfg, optimizer)
+  n_params = model.count_params(state.params)
+  ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints)
+  restored = ckpt.restore_latest(state)
+  start_step = 0
+  if restored is not None:
+    state, start_step = restored
+    print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
+  print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
+        f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
+        f"step(s), {t.steps:,d} steps, workdir {workdir}", flush=True)
+  metrics_log = MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
+  p_train, p_eval = make_steps(cfg, optimizer)
+  state = parallel.replicate(state, n_dev)
+  last_ckpt_step, last_ckpt_time = start_step, time.time()
+  start_time = time.time()
+  window_tokens, window_start = 0.0, time.time()
+  pending = []
+  batches = ds.train_batches(start_step)
+
+  def save(step: int) -> None:
+    nonlocal last_ckpt_step, last_ckpt_time
+    host = parallel.unreplicate(state)
+    if int(host.bad_step) >= 0:
+      return  # never write a checkpoint after a non-finite step
+    path = ckpt.save(step, host)
+    last_ckpt_step, last_ckpt_time = step, time.time()
+    print(f"saved checkpoint {path}", flush=True)
+
+  try:
+    for step in range(start_step + 1, t.steps + 1):
+      batch = next(batches)
+      state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
+      pending.append(metrics)
+      log_now = step % t.log_every_steps == 0 or step == t.steps
+      eval_now = step % t.eval_every_steps == 0 or step == t.steps
+      ckpt_now = (step % t.checkpoint_every_steps == 0 or step == t.steps or
+                  time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
+      if not (log_now or eval_now or ckpt_now):
+        continue
+      fetched = jax.device_get([{k: v[0] for k, v in m.items()} for m in pending])
+      pending = []
+      bad = int(jax.device_get(state.bad_step[0]))
+      if bad >= 0:
+        good = ckpt.steps()[-1] if ckpt.steps() else None
+        where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
+        raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint is "
+                        f"{where} (try a lower learning rate or float32)")
+      window_tokens += sum(float(m["tokens"]) for m in fetched)
+      values = {}
+      if log_now:
+        now = time.time()
+        tok_s = window_tokens / max(now - window_start, 1e-9)
+        window_tokens, window_start = 0.0, now
+        elapsed = now - start_time
+        eta = elapsed / (step - start_step) * (t.steps - step)
+        values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
+                  "learning_rate": float(fetched[-1]["learning_rate"]),
+                  "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
+        print(f"step {step:>7d}/{t.steps} | loss {values['loss']:.4f} | "
+              f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
+              f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
+      if eval_now:
+        dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
+        values.update(dev)
+        print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
+              flush=True)
+      if values:
+        metrics_log.write(step, values)
+      if ckpt_now:
+        save(step)
+  except KeyboardInterrupt:
+    done = int(jax.device_get(state.step[0]))
+    if done > last_ckpt_step:
+      save(done)
+    print(f"interrupted at step {done}; resume with the same command", flush=True)
+    raise
+  finally:
+    ckpt.close()
+  return parallel.unreplicate(state)
+
+
+def run_average(cfg: ExperimentConfig, workdir: str) -> str:
+  """`--mode=average`: mean of the last `average.last` checkpoints into WORKDIR/averaged."""
+  optimizer = optim.make_optimizer(cfg)
+  like = jax.eval_shape(lambda: init_state(cfg, optimizer))
+  try:
+    out, steps = checkpoints.average(workdir, cfg.average.last, like)
+  except FileNotFoundError as e:
+    raise UserError(str(e)) from None
+  print(f"averaged {len(steps)} checkpoint(s) {steps} into {out}", flush=True)
+  return out
+
