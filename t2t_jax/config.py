@@ -46,6 +46,8 @@ class DataConfig:
   test_split: str = "test"
   vocab_type: Literal["bpe", "unigram", "word", "char"] = "bpe"
   max_length: int = 256        # longer examples are filtered (and counted)
+  bucket_min_length: int = 8   # T2T's length buckets: start at 8 ...
+  bucket_growth: float = 1.1   # ... and grow by ~10%
   data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
   shuffle_buffer: int = 0      # 0 = full shuffle of each epoch
 

@@ -248,7 +248,8 @@ class Dataset:
       self.meta = json.load(f)
     self.src_lang = self.meta["source"]["src_lang"]
     self.tgt_lang = self.meta["source"]["tgt_lang"]
-    self.boundaries = np.array(bucket_boundaries(cfg.data.max_length), np.int64)
+    self.boundaries = np.array(bucket_boundaries(cfg.data.max_length, cfg.data.bucket_min_length,
+                                                 cfg.data.bucket_growth), np.int64)
     self.train = _load_split(directory, cfg.data.train_split)
     lengths = np.maximum(self.train.src_len, self.train.tgt_len) + 1  # + EOS
     keep = lengths <= cfg.data.max_length

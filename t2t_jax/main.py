@@ -139,6 +139,10 @@ def _main_guarded(argv: list[str]) -> None:
 
 def run() -> None:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  # Compiled steps are cached across runs, so a resumed or repeated run starts fast.
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                        os.path.join(os.path.expanduser("~/.cache/t2t_jax"), "jax_cache"))
   app.run(_main_guarded, flags_parser=_parse_flags)
 
 

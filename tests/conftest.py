@@ -1,0 +1,23 @@
+"""Test-wide settings: 8 simulated CPU devices (pmap paths run as on an 8-GPU host)
+and one prepared-data cache per test session, shared with subprocesses."""
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("T2T_JAX_DATA_DIR", tempfile.mkdtemp(prefix="t2t_jax_test_data_"))
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_data(name: str) -> Path:
+  """A corpus of ../shared/data, or a skip naming what is missing."""
+  path = SHARED_DATA / name
+  if not path.is_dir():
+    pytest.skip(f"{path} not found: tests on real data need the shared/ folder beside the repo")
+  return path

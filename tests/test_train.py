@@ -1,0 +1,176 @@
+"""Training against the paper's formulas and invariances: schedule, loss, device and
+accumulation equivalence, exact resume after SIGKILL, checkpoint averaging."""
+
+import dataclasses
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import experiments
+from t2t_jax import checkpoints, optim, parallel, train
+from t2t_jax.config import override
+from t2t_jax.special_tokens import EOS_ID
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_SETS = {"model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2,
+             "model.d_k": 16, "model.d_v": 16, "model.vocab_size": 64, "model.dropout": 0.0}
+
+
+def tiny_cfg(**changes):
+  return override(experiments.get("demo"), {**TINY_SETS, **changes})
+
+
+@pytest.mark.parametrize("step, expected", [
+    # d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), d_model 512, warmup 4000, by hand:
+    (1, 512 ** -0.5 * 4000 ** -1.5),        # 1.7469e-07
+    (100, 100 * 512 ** -0.5 * 4000 ** -1.5),  # 1.7469e-05
+    (4000, 0.00069877124),                   # peak: 0.0441942 * 0.0158114
+    (100000, 0.00013975425),                 # 0.0441942 * 0.0031623
+])
+def test_schedule_is_the_papers(step, expected):
+  cfg = experiments.get("base_ende")
+  assert float(optim.learning_rate(step, 512, 4000)) == pytest.approx(expected, rel=1e-5)
+  # optax counts from 0: update number `step` uses lrate(step).
+  assert float(optim.schedule(cfg)(step - 1)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_label_smoothed_loss_matches_hand_computation():
+  logits = jnp.log(jnp.array([[[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]]))
+  targets = jnp.array([[0, 0]])  # the second position is padding
+  smoothed, nll, tokens = train.loss_sums(logits, targets, 0.3)
+  assert float(tokens) == 1.0
+  assert float(nll) == pytest.approx(-np.log(0.7), abs=1e-6)
+  # q = (0.7, 0.1, 0.1, 0.1) equals the smoothed target, so the KL form is 0.
+  assert float(smoothed) == pytest.approx(0.0, abs=1e-6)
+  assert float(train.loss_sums(logits, targets, 0.0)[0]) == pytest.approx(-np.log(0.7), abs=1e-6)
+
+
+def _random_batch(rng, rows, length, vocab):
+  def side():
+    x = rng.integers(4, vocab, size=(rows, length)).astype(np.int32)
+    for r in range(rows):
+      n = rng.integers(2, length + 1)
+      x[r, n - 1], x[r, n:] = EOS_ID, 0
+    return x
+  return {"inputs": side(), "targets": side()}
+
+
+def _one_step(cfg, batch, n_dev):
+  optimizer = optim.make_optimizer(cfg)
+  state = parallel.replicate(train.init_state(cfg, optimizer), n_dev)
+  p_train, _ = train.make_steps(cfg, optimizer, devices=jax.local_devices()[:n_dev])
+  rng = parallel.replicate(train.step_rng(0, 1), n_dev)
+  state, _ = p_train(state, batch, rng)
+  return parallel.unreplicate(state).params
+
+
+def _assert_trees_close(a, b, atol):
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_allclose(x, y, atol=atol, rtol=1e-4)
+
+
+def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch():
+  if jax.local_device_count() < 8:
+    pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
+  cfg = tiny_cfg(**{"train.learning_rate_scale": 100.0})  # large enough updates to compare
+  batch = _random_batch(np.random.default_rng(0), 32, 9, 64)
+  one_big = _one_step(cfg, {k: v.reshape(1, 1, 32, 9) for k, v in batch.items()}, 1)
+  eight = _one_step(cfg, {k: v.reshape(8, 1, 4, 9) for k, v in batch.items()}, 8)
+  accum = _one_step(cfg, {k: v.reshape(1, 4, 8, 9) for k, v in batch.items()}, 1)
+  start = train.init_state(cfg, optim.make_optimizer(cfg)).params
+  moved = max(float(jnp.abs(a - b).max()) for a, b in
+              zip(jax.tree_util.tree_leaves(one_big), jax.tree_util.tree_leaves(start)))
+  assert moved > 1e-3  # the step really changed the parameters
+  _assert_trees_close(eight, one_big, atol=1e-6)
+  _assert_trees_close(accum, one_big, atol=1e-6)
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+  cfg = tiny_cfg()
+  optimizer = optim.make_optimizer(cfg)
+  state = train.init_state(cfg, optimizer)
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  saved = []
+  for step, scale in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0)):
+    s = state.replace(params=jax.tree_util.tree_map(lambda x: x * scale + step, state.params))
+    ckpt.save(step, s)
+    saved.append(s.params)
+  ckpt.close()
+  out, steps = checkpoints.average(str(tmp_path), 3, state)
+  assert steps == [2, 3, 4]
+  params, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  expected = jax.tree_util.tree_map(lambda *xs: sum(xs) / 3, *saved[1:])
+  _assert_trees_close(params, expected, atol=1e-6)
+  assert "2..4" in label
+
+
+def _train_cmd(workdir, steps, extra=()):
+  sets = {**TINY_SETS, "train.steps": steps, "train.checkpoint_every_steps": 10,
+          "train.log_every_steps": 5, "train.eval_every_steps": 20,
+          "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512}
+  args = [sys.executable, "-m", "t2t_jax.main", "--experiment=demo", f"--workdir={workdir}",
+          "--mode=train"]
+  for k, v in sets.items():
+    args += ["--set", f"{k}={v}"]
+  return args + list(extra)
+
+
+def _final_params(workdir, cfg):
+  ckpt = checkpoints.Checkpointer(str(workdir), keep=100)
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  restored, step = ckpt.restore_latest(state)
+  ckpt.close()
+  return restored.params, step
+
+
+def _losses(workdir):
+  with open(Path(workdir) / "metrics.jsonl") as f:
+    return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
+
+
+def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
+  """A run killed after a checkpoint and restarted equals an uninterrupted run, bit for bit."""
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  steps = 40
+  r = subprocess.run(_train_cmd(full, steps), cwd=REPO, env=env, capture_output=True, text=True,
+                     timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "parameters, 2 device(s)" in r.stdout
+
+  proc = subprocess.Popen(_train_cmd(killed, steps), cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  while not (killed / "checkpoints" / "10").exists() and time.time() < deadline:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  done = sorted(int(p.name) for p in (killed / "checkpoints").iterdir() if p.name.isdigit())
+  assert done and done[-1] < steps, "the run was not interrupted mid-training"
+  r = subprocess.run(_train_cmd(killed, steps), cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "resuming from checkpoint" in r.stdout
+
+  cfg = tiny_cfg()
+  (p_full, s_full), (p_killed, s_killed) = _final_params(full, cfg), _final_params(killed, cfg)
+  assert s_full == s_killed == steps
+  for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_killed)):
+    np.testing.assert_array_equal(a, b)
+  assert _losses(full) == _losses(killed)
+  # Training makes progress, and both metric sinks are written.
+  losses = _losses(full)
+  assert losses[steps] < losses[5]
+  assert (full / "tensorboard").is_dir() and any((full / "tensorboard").iterdir())
+  assert (full / "averaged" / "averaged.json").exists()
+  assert (full / "eval" / "test.json").exists()
