@@ -33,7 +33,7 @@ def sacrebleu_score(hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence
 
 
 def split_compounds(tokenized: str) -> str:
-  """'Schritt-für-Schritt' -> 'Schritt ##AT##-##AT## für ##AT##-##AT## Schritt'.
+  r"""'Schritt-für-Schritt' -> 'Schritt ##AT##-##AT## für ##AT##-##AT## Schritt'.
 
   One non-overlapping pass, exactly like the paper's `s{(\S)-(\S)}{...}g`.
   """

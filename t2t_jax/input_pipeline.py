@@ -37,7 +37,7 @@ from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 from t2t_jax.vocab import Vocabulary
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def default_data_dir() -> str:

@@ -30,7 +30,9 @@ class ParallelFolder(tfds.core.GeneratorBasedBuilder):
         description=f"Parallel text from {self._source.name}",
         features=tfds.features.FeaturesDict({src: tfds.features.Text(),
                                              tgt: tfds.features.Text()}),
-        supervised_keys=(src, tgt))
+        supervised_keys=(src, tgt),
+        # Keep file order, so hypotheses line up with the user's reference files.
+        disable_shuffling=True)
 
   def _split_generators(self, dl_manager):
     del dl_manager  # offline: the files are read directly

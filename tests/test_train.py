@@ -45,12 +45,12 @@ def test_schedule_is_the_papers(step, expected):
 
 
 def test_label_smoothed_loss_matches_hand_computation():
-  logits = jnp.log(jnp.array([[[0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]]))
-  targets = jnp.array([[0, 0]])  # the second position is padding
+  logits = jnp.log(jnp.array([[[0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]]))
+  targets = jnp.array([[1, 0]])  # token 1, then padding (PAD = 0)
   smoothed, nll, tokens = train.loss_sums(logits, targets, 0.3)
   assert float(tokens) == 1.0
   assert float(nll) == pytest.approx(-np.log(0.7), abs=1e-6)
-  # q = (0.7, 0.1, 0.1, 0.1) equals the smoothed target, so the KL form is 0.
+  # q = (0.1, 0.7, 0.1, 0.1) equals the smoothed target, so the KL form is 0.
   assert float(smoothed) == pytest.approx(0.0, abs=1e-6)
   assert float(train.loss_sums(logits, targets, 0.0)[0]) == pytest.approx(-np.log(0.7), abs=1e-6)
 
