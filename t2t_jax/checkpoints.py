@@ -27,11 +27,11 @@ def _abstract(tree: Any) -> Any:
 class Checkpointer:
   """Keeps the last `keep` training checkpoints of a workdir."""
 
-  def __init__(self, workdir: str, keep: int):
+  def __init__(self, workdir: str, keep: int, create: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self._manager = ocp.CheckpointManager(
         self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
                                              enable_async_checkpointing=False))
 
   def steps(self) -> list[int]:
@@ -71,7 +71,9 @@ def averaged_dir(workdir: str) -> str:
 
 def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1)."""
-  ckpt = Checkpointer(workdir, keep=10**6)
+  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    raise FileNotFoundError(f"no checkpoints in {os.path.join(workdir, 'checkpoints')}")
+  ckpt = Checkpointer(workdir, keep=10**6, create=False)
   steps = ckpt.steps()[-last:]
   if not steps:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
@@ -105,7 +107,9 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
     with ocp.StandardCheckpointer() as reader:
       params = reader.restore(os.path.join(avg, "params"), like)
     return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
-  ckpt = Checkpointer(workdir, keep=10**6)
+  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    return None
+  ckpt = Checkpointer(workdir, keep=10**6, create=False)
   try:
     if not ckpt.steps():
       return None

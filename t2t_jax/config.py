@@ -69,6 +69,7 @@ class TrainConfig:
   eval_every_steps: int = 5000
   log_every_steps: int = 100
   seed: int = 0
+  final_eval: bool = True  # on reaching `steps`: average, then decode dev/test (section 6.1)
 
 
 @dataclasses.dataclass(frozen=True)

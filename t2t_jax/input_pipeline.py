@@ -97,6 +97,33 @@ def resolve_source(cfg: ExperimentConfig) -> Source:
   return source
 
 
+# Common names of the dev and test splits in local folders (tfds uses validation/test).
+SPLIT_ALIASES = {"dev_split": ("validation", "valid", "dev", "newstest2013", "dev2010"),
+                 "test_split": ("test", "newstest2014", "test2016", "tst2010")}
+
+
+def resolve_splits(cfg: ExperimentConfig) -> ExperimentConfig:
+  """For a folder lacking the configured dev/test split, the first common alias it has.
+
+  So `--dataset=folder:../shared/data/tatoeba_ende` works with a paper experiment
+  (whose splits carry tfds names) without also spelling out every split.
+  """
+  source = data_sources.parse_spec(cfg.data.dataset)
+  if source.kind != "folder":
+    return cfg
+  present = set(data_sources.folder_splits(source))
+  changes = {}
+  for field, aliases in SPLIT_ALIASES.items():
+    wanted = getattr(cfg.data, field)
+    if wanted not in present:
+      found = [a for a in aliases if a in present]
+      if found:
+        changes[field] = found[0]
+        _log(f"data.{field}: {source.name} has no {wanted!r} split; using {found[0]!r}")
+  return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **changes)) \
+      if changes else cfg
+
+
 def _read_all(cfg: ExperimentConfig, source: Source, splits: list[str] | None,
               tfds_dir: str) -> tuple[dict[str, tuple[list[str], list[str]]], dict[str, int]]:
   """Text of every needed split, through tfds; also how many empty pairs were dropped."""

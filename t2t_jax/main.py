@@ -9,6 +9,7 @@ Bad input is a one-line `error: ...` on stderr with exit code 2.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from absl import app, flags, logging
@@ -83,6 +84,13 @@ def main(argv: list[str]) -> None:
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
+  from t2t_jax import input_pipeline, train
+  cfg = input_pipeline.resolve_splits(cfg)
+  if FLAGS.mode != "train":
+    if not os.path.isdir(workdir):
+      raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
+                      f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
+    train.check_run_info(cfg, workdir)
   if FLAGS.mode == "train":
     run_train(cfg, workdir)
   elif FLAGS.mode == "average":
@@ -102,8 +110,12 @@ def main(argv: list[str]) -> None:
 def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
   from t2t_jax import evaluate, train
-  state = train.train_and_evaluate(cfg, workdir)
-  if int(state.step) < cfg.train.steps:
+  state, stopped_by = train.train_and_evaluate(cfg, workdir)
+  if stopped_by:
+    print("resume with: python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+          flush=True)
+    return
+  if int(state.step) < cfg.train.steps or not cfg.train.final_eval:
     return
   stored = [os.path.join(workdir, "eval", f"{s}.json")
             for s in (cfg.data.dev_split, cfg.data.test_split)]
@@ -135,6 +147,9 @@ def _main_guarded(argv: list[str]) -> None:
     main(argv)
   except UserError as e:
     fail(str(e))
+  except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
 
 
 def run() -> None:

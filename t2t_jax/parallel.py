@@ -19,3 +19,9 @@ def replicate(tree: Any, n_devices: int | None = None) -> Any:
 def unreplicate(tree: Any) -> Any:
   """The first device's copy, on the host."""
   return jax.tree_util.tree_map(lambda x: np.asarray(x[0]), tree)
+
+
+def shard(tree: Any, n_devices: int | None = None) -> Any:
+  """Places a host pytree whose leading axis is the device axis onto the local devices."""
+  n = n_devices or jax.local_device_count()
+  return jax.pmap(lambda x: x, devices=jax.local_devices()[:n])(tree)

@@ -17,6 +17,8 @@ import functools
 import json
 import math
 import os
+import signal
+import sys
 import time
 from typing import Any
 
@@ -96,7 +98,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
   grads = jax.tree_util.tree_map(lambda g: g / tokens, grads)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(grads))
+  finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads)) &
+            jnp.isfinite(optax.tree.norm(params)))
   # A non-finite step leaves the parameters as they were and records the step.
   keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
   new_state = TrainState(
@@ -177,30 +180,103 @@ def _fmt_time(seconds: float) -> str:
   return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
+def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
+  """Refuses a workdir trained with another experiment, model, data or vocabulary."""
+  import dataclasses
+  path = os.path.join(workdir, "experiment.json")
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    old = json.load(f)
+  new = dataclasses.asdict(cfg)
+  if old["experiment"] != cfg.name:
+    raise UserError(f"{workdir} was trained with experiment {old['experiment']!r}, not "
+                    f"{cfg.name!r}; use another --workdir")
+  for key in ("model", "data"):
+    if old["config"][key] != new[key]:
+      diff = sorted(k for k in new[key] if old["config"][key].get(k) != new[key][k])
+      raise UserError(f"{workdir} was trained with different {key} settings "
+                      f"({', '.join(f'{key}.{k}' for k in diff)}) than asked for; "
+                      f"use another --workdir")
+
+
 def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   """Records what the workdir was trained with; a mismatching later run is refused."""
   import dataclasses
+  check_run_info(cfg, workdir)
   path = os.path.join(workdir, "experiment.json")
-  info = {"experiment": cfg.name, "config": dataclasses.asdict(cfg)}
-  if os.path.exists(path):
-    with open(path) as f:
-      old = json.load(f)
-    for key in ("model", "data"):
-      if old["config"][key] != info["config"][key]:
-        diff = sorted(k for k in info["config"][key]
-                      if old["config"][key].get(k) != info["config"][key][k])
-        raise UserError(f"{workdir} was trained with experiment {old['experiment']!r} and "
-                        f"different {key} settings ({', '.join(f'{key}.{k}' for k in diff)}); "
-                        f"use another --workdir")
   with open(path + ".tmp", "w") as f:
-    json.dump(info, f, indent=2)
+    json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg)}, f, indent=2)
   os.replace(path + ".tmp", path)
 
 
-def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> TrainState:
-  """Trains to `train.steps`, checkpointing and evaluating as configured; resumes if possible."""
+def checkpoint_bytes(cfg: ExperimentConfig) -> int:
+  """Bytes of one training checkpoint: float32 parameters plus Adam's two moments."""
+  return 3 * 4 * model.count_params(model.abstract_params(cfg.model))
+
+
+def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
+  """Fails early, before any work, if the workdir cannot hold the run's checkpoints."""
+  import shutil
+  created = not os.path.exists(workdir)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f"cannot write to workdir {workdir}: {e.strerror or e}") from None
+  free = shutil.disk_usage(workdir).free
+  one = checkpoint_bytes(cfg)
+  if free < 2 * one:  # the checkpoint being written next to the newest complete one
+    if created:
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise UserError(f"not enough free disk space in {workdir}: {free / 1e6:,.1f} MB free, "
+                    f"each checkpoint needs {one / 1e6:,.1f} MB and two must fit")
+  wanted = (cfg.train.keep_checkpoints + 1) * one
+  if free < wanted:
+    print(f"warning: {free / 1e6:,.0f} MB free in {workdir}; keeping "
+          f"{cfg.train.keep_checkpoints} checkpoints needs about {wanted / 1e6:,.0f} MB",
+          file=sys.stderr, flush=True)
+
+
+class StopRequest:
+  """SIGTERM/SIGINT become a request to stop after the current step (preemption notices).
+
+  A second signal interrupts at once (KeyboardInterrupt); checkpoints stay
+  consistent because orbax renames a checkpoint into place only when complete.
+  """
+
+  def __init__(self):
+    self.signal_name: str | None = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signal_name is not None:
+      raise KeyboardInterrupt
+    self.signal_name = signal.Signals(signum).name
+    print(f"\nreceived {self.signal_name}: finishing the current step and saving a checkpoint "
+          f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+  def __enter__(self) -> "StopRequest":
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState, str | None]:
+  """Trains to `train.steps`, checkpointing and evaluating as configured; resumes if possible.
+
+  Returns the final state and the name of the signal that stopped training early, if any.
+  """
   t = cfg.train
-  os.makedirs(workdir, exist_ok=True)
+  check_workdir(cfg, workdir)
   write_run_info(cfg, workdir)
   devices = jax.local_devices()
   n_dev = len(devices)
@@ -232,12 +308,22 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> TrainState:
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
-    path = ckpt.save(step, host)
+    try:
+      path = ckpt.save(step, host)
+    except OSError as e:
+      good = [s for s in ckpt.steps() if s != step]
+      raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: "
+                      f"{e.strerror or e}; the newest complete checkpoint is "
+                      f"{good[-1] if good else 'none'}") from None
     last_ckpt_step, last_ckpt_time = step, time.time()
     print(f"saved checkpoint {path}", flush=True)
 
+  stop = StopRequest()
   try:
+    stop.__enter__()
     for step in range(start_step + 1, t.steps + 1):
+      if stop.signal_name:
+        break
       batch = next(batches)
       state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
       pending.append(metrics)
@@ -278,15 +364,16 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> TrainState:
         metrics_log.write(step, values)
       if ckpt_now:
         save(step)
-  except KeyboardInterrupt:
-    done = int(jax.device_get(state.step[0]))
-    if done > last_ckpt_step:
-      save(done)
-    print(f"interrupted at step {done}; resume with the same command", flush=True)
-    raise
+    if stop.signal_name:
+      done = int(jax.device_get(state.step[0]))
+      if done > last_ckpt_step:
+        save(done)
+      print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
+            f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:
+    stop.__exit__()
     ckpt.close()
-  return parallel.unreplicate(state)
+  return parallel.unreplicate(state), stop.signal_name
 
 
 def run_average(cfg: ExperimentConfig, workdir: str) -> str:

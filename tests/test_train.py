@@ -117,12 +117,13 @@ def test_average_is_the_elementwise_mean(tmp_path):
 def _train_cmd(workdir, steps, extra=()):
   sets = {**TINY_SETS, "train.steps": steps, "train.checkpoint_every_steps": 10,
           "train.log_every_steps": 5, "train.eval_every_steps": 20,
-          "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512}
+          "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512,
+          "data.max_length": 32, "data.bucket_growth": 2.0}
   args = [sys.executable, "-m", "t2t_jax.main", "--experiment=demo", f"--workdir={workdir}",
           "--mode=train"]
-  for k, v in sets.items():
+  for k, v in {**sets, **dict(extra)}.items():
     args += ["--set", f"{k}={v}"]
-  return args + list(extra)
+  return args
 
 
 def _final_params(workdir, cfg):
@@ -148,7 +149,8 @@ def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "parameters, 2 device(s)" in r.stdout
 
-  proc = subprocess.Popen(_train_cmd(killed, steps), cwd=REPO, env=env,
+  no_eval = {"train.final_eval": False}
+  proc = subprocess.Popen(_train_cmd(killed, steps, no_eval), cwd=REPO, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
   while not (killed / "checkpoints" / "10").exists() and time.time() < deadline:
@@ -157,7 +159,7 @@ def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   proc.wait()
   done = sorted(int(p.name) for p in (killed / "checkpoints").iterdir() if p.name.isdigit())
   assert done and done[-1] < steps, "the run was not interrupted mid-training"
-  r = subprocess.run(_train_cmd(killed, steps), cwd=REPO, env=env, capture_output=True,
+  r = subprocess.run(_train_cmd(killed, steps, no_eval), cwd=REPO, env=env, capture_output=True,
                      text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming from checkpoint" in r.stdout

@@ -1,0 +1,251 @@
+r"""Benchmarks: `python -m t2t_jax.bench --what=train|decode|input`.
+
+Every measurement is one JSON line on stdout (progress goes to stderr). Speeds
+are medians of `--repeats` timed runs after compilation. Utilisation is
+reported against the matmul peak *measured in the same process* (a jitted
+2048x2048 `jnp.dot`; bf16 x bf16 -> float32 for the bf16 path), so the ratio
+holds on a noisy shared machine.
+
+The train benchmark runs the trainer's own pmapped `train.train_step`
+(forward, backward, Adam, dropout 0.1, label smoothing 0.1) on random tokens
+with no padding; there is no benchmark-only code path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Any
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("what", "train", ["train", "decode", "input"], "What to measure.")
+flags.DEFINE_enum("workload", None, ["small", "base", "big"],
+                  "A standard workload (fixed shapes, random tokens). Default: small for "
+                  "train, base for decode.")
+flags.DEFINE_string("experiment", None, "Use this experiment's model instead of a workload.")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the dots.")
+flags.DEFINE_string("devices", None, "Comma-separated device counts to run on (default: all "
+                    "local devices; `--what=decode`: 1 and all).")
+flags.DEFINE_string("lengths", None, "Train: comma-separated sequence lengths at a constant "
+                    "token count per step (how cost grows with length).")
+flags.DEFINE_integer("batch", None, "Train/decode: sentences per step (default: workload's).")
+flags.DEFINE_integer("length", None, "Train: tokens per side per sentence (default: workload's).")
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (the median is reported).")
+flags.DEFINE_string("dataset", None, "Input: the data source (default: the experiment's).")
+flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
+flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
+
+# The standard workloads of the performance issue: model overrides and batch shape.
+_MODEL = {"num_layers", "d_model", "d_ff", "num_heads", "vocab_size"}
+WORKLOADS: dict[str, dict[str, int]] = {
+    "small": dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4, vocab_size=8000,
+                  batch=64, length=32),
+    "base": dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8, vocab_size=37000,
+                 batch=64, length=64),
+    "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, vocab_size=37000,
+                batch=16, length=64),
+}
+
+
+def _log(msg: str) -> None:
+  print(msg, file=sys.stderr, flush=True)
+
+
+def _emit(record: dict[str, Any]) -> None:
+  print(json.dumps(record), flush=True)
+
+
+def _median_time(fn, repeats: int) -> float:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
+  """FLOP/s of a jitted n x n dot on one device (bf16 inputs accumulate in float32)."""
+  import jax
+  import jax.numpy as jnp
+  in_dtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(in_dtype)
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(in_dtype)
+  dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+  jax.block_until_ready(dot(a, b))
+  t = _median_time(lambda: jax.block_until_ready(dot(a, b)), repeats)
+  return 2 * n ** 3 / t
+
+
+def train_flops(num_layers: int, d: int, d_ff: int, vocab: int, batch: int, src_len: int,
+                tgt_len: int) -> float:
+  """Analytic FLOPs of one training step: matmuls only, training = 3 x forward."""
+  enc = src_len * num_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
+  dec = tgt_len * num_layers * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
+  cross_kv = src_len * num_layers * 2 * d * d
+  out = tgt_len * d * vocab
+  return 3 * 2 * batch * (enc + dec + cross_kv + out)
+
+
+def _experiment(name: str | None, workload: str | None, dtype: str):
+  from experiments import get
+  from t2t_jax.config import override
+  cfg = get(name or "base_ende")
+  sets: dict[str, Any] = {"model.dtype": dtype}
+  if not name:
+    sets.update({f"model.{k}": v for k, v in WORKLOADS[workload].items() if k in _MODEL})
+    sets.update({"model.dropout": 0.1, "model.label_smoothing": 0.1})
+  return override(cfg, sets)
+
+
+def _device_counts(default_both: bool) -> list[int]:
+  import jax
+  n = jax.local_device_count()
+  if FLAGS.devices:
+    counts = [int(x) for x in FLAGS.devices.split(",")]
+    if max(counts) > n:
+      raise app.UsageError(f"--devices={FLAGS.devices}: only {n} local devices (set "
+                           f"XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+    return counts
+  return sorted({1, n}) if default_both else [n]
+
+
+def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
+                peak: float, repeats: int) -> dict[str, Any]:
+  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
+  import jax
+  import numpy as np
+  from t2t_jax import optim, parallel, train
+  from t2t_jax.config import override
+  if batch % num_devices:
+    raise app.UsageError(f"batch {batch} is not divisible by {num_devices} devices")
+  tokens = batch * length
+  cfg = override(cfg, {"train.tokens_per_step": tokens, "train.max_tokens_per_batch": tokens})
+  optimizer = optim.make_optimizer(cfg)
+  devices = jax.local_devices()[:num_devices]
+  p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
+  state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
+  rng = np.random.default_rng(0)
+  shape = (num_devices, 1, batch // num_devices, length)
+  batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
+                  for k in ("inputs", "targets")}
+  batch_arrays = parallel.shard(batch_arrays, num_devices)
+  rngs = parallel.replicate(train.step_rng(0, 0), num_devices)
+  start = time.perf_counter()
+  state, metrics = p_train(state, batch_arrays, rngs)
+  jax.block_until_ready(metrics)
+  compile_s = time.perf_counter() - start
+  steps_per_rep = 3
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(steps_per_rep):
+      state, metrics = p_train(state, batch_arrays, rngs)
+    jax.block_until_ready(metrics)
+    times.append((time.perf_counter() - start) / steps_per_rep)
+  t = statistics.median(times)
+  m = cfg.model
+  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length)
+  return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
+          "batch": batch, "length": length,
+          "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
+          "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
+          "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
+          "mfu": round(flops / t / peak, 4),
+          "loss": round(float(metrics["loss"][0]), 4),
+          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def run_train(argv_workload: str | None) -> None:
+  workload = argv_workload or ("small" if not FLAGS.experiment else FLAGS.experiment)
+  cfg = _experiment(FLAGS.experiment, argv_workload or "small", FLAGS.dtype)
+  shape = WORKLOADS.get(argv_workload or "small", WORKLOADS["small"])
+  batch = FLAGS.batch or shape["batch"]
+  length = FLAGS.length or shape["length"]
+  lengths = [int(x) for x in FLAGS.lengths.split(",")] if FLAGS.lengths else [length]
+  _log(f"measuring the {FLAGS.dtype} matmul peak")
+  peak = matmul_peak(FLAGS.dtype)
+  for n in _device_counts(default_both=False):
+    for L in lengths:
+      b = batch if len(lengths) == 1 else max(n, (batch * length // L) // n * n)
+      _log(f"train: {workload} on {n} device(s), {b} x {L} tokens per side")
+      _emit(bench_train(cfg, workload, n, b, L, peak, FLAGS.repeats))
+
+
+def run_decode(workload: str | None) -> None:
+  from t2t_jax import bench_decode
+  name = workload or ("base" if not FLAGS.experiment else FLAGS.experiment)
+  cfg = _experiment(FLAGS.experiment, workload or "base", FLAGS.dtype).model
+  for n in _device_counts(default_both=True):
+    for cached in ([True, False] if FLAGS.uncached else [True]):
+      _log(f"decode: {name} on {n} device(s), beam 4, {'cached' if cached else 'uncached'}")
+      record = bench_decode.run(cfg, n, batch_per_device=max(1, (FLAGS.batch or 4 * n) // n),
+                                repeats=FLAGS.repeats, cached=cached)
+      _emit({"workload": name, "dtype": FLAGS.dtype, **record})
+
+
+def run_input() -> None:
+  from experiments import get
+  from t2t_jax import input_pipeline
+  from t2t_jax.config import override
+  import jax
+  cfg = get(FLAGS.experiment or "base_ende")
+  if FLAGS.dataset:
+    cfg = override(cfg, {"data.dataset": FLAGS.dataset})
+  cfg = input_pipeline.resolve_splits(cfg)
+  n = _device_counts(default_both=False)[0]
+  ds = input_pipeline.load(cfg, num_devices=n, process_index=jax.process_index(),
+                           process_count=jax.process_count())
+  steps = FLAGS.input_steps
+  counted = {}
+
+  def draw():
+    it = ds.train_batches(0)
+    real = slots = 0
+    for _ in range(steps):
+      b = next(it)
+      real += int((b["targets"] != 0).sum())
+      slots += b["targets"].size
+    counted.update(real=real, slots=slots)
+
+  draw()  # warm the page cache
+  t = _median_time(draw, FLAGS.repeats)
+  info = ds.info()
+  _emit({"what": "input", "dataset": cfg.data.dataset, "experiment": FLAGS.experiment or
+         "base_ende", "devices": n, "steps": steps, "batches_per_sec": round(steps / t, 1),
+         "target_tokens_per_sec": round(counted["real"] / t, 1),
+         "target_slots_per_sec": round(counted["slots"] / t, 1),
+         "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
+         "padding_fraction": info["padding_fraction"], "num_shapes": info["num_shapes"],
+         "steps_per_epoch": info["steps_per_epoch"]})
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if FLAGS.workload and FLAGS.experiment:
+    raise app.UsageError("give --workload or --experiment, not both")
+  import jax
+  _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
+  from t2t_jax.errors import UserError
+  try:
+    if FLAGS.what == "train":
+      run_train(FLAGS.workload)
+    elif FLAGS.what == "decode":
+      run_decode(FLAGS.workload)
+    else:
+      run_input()
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)
