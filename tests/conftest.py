@@ -1,7 +1,9 @@
 """Test-wide settings: 8 simulated CPU devices (pmap paths run as on an 8-GPU host)
 and one prepared-data cache per test session, shared with subprocesses."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -10,7 +12,9 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-os.environ.setdefault("T2T_JAX_DATA_DIR", tempfile.mkdtemp(prefix="t2t_jax_test_data_"))
+if "T2T_JAX_DATA_DIR" not in os.environ:
+  os.environ["T2T_JAX_DATA_DIR"] = tempfile.mkdtemp(prefix="t2t_jax_test_data_")
+  atexit.register(shutil.rmtree, os.environ["T2T_JAX_DATA_DIR"], ignore_errors=True)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
