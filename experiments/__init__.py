@@ -38,4 +38,4 @@ def get(name: str) -> ExperimentConfig:
 
 
 # Importing the definition modules fills the registry.
-from experiments import paper, table3, demo  # noqa: E402,F401
+from experiments import paper, table3, demo, multi30k  # noqa: E402,F401
