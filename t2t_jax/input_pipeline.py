@@ -108,7 +108,7 @@ def resolve_splits(cfg: ExperimentConfig) -> ExperimentConfig:
   So `--dataset=folder:../shared/data/tatoeba_ende` works with a paper experiment
   (whose splits carry tfds names) without also spelling out every split.
   """
-  source = data_sources.parse_spec(cfg.data.dataset)
+  source = resolve_source(cfg)  # the demo becomes its generated folder
   if source.kind != "folder":
     return cfg
   present = set(data_sources.folder_splits(source))

@@ -153,11 +153,14 @@ class MetricsLog:
   def __init__(self, workdir: str, resume_step: int, enabled: bool):
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.enabled = enabled
+    self.elapsed_before = 0.0  # training time of earlier (interrupted) runs of this workdir
     if not enabled:
       return
     if os.path.exists(self.path):  # drop entries a resumed run will log again
       with open(self.path) as f:
         kept = [l for l in f if l.strip() and json.loads(l)["step"] <= resume_step]
+      if kept:
+        self.elapsed_before = float(json.loads(kept[-1]).get("elapsed_sec", 0.0))
       with open(self.path + ".tmp", "w") as f:
         f.writelines(kept)
       os.replace(self.path + ".tmp", self.path)
@@ -349,6 +352,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
         window_tokens, window_start = 0.0, now
         elapsed = now - start_time
         eta = elapsed / (step - start_step) * (t.steps - step)
+        elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
         values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
                   "learning_rate": float(fetched[-1]["learning_rate"]),
                   "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}

@@ -1,0 +1,77 @@
+"""Learning curve of a run: `python -m t2t_jax.plot --workdir=DIR [--output=PNG]`.
+
+Training loss and dev perplexity against wall-clock training time, read from
+WORKDIR/metrics.jsonl; the final BLEU figures from WORKDIR/eval/*.json, when
+present, go in the title.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "A training workdir (with metrics.jsonl).")
+flags.DEFINE_string("output", None, "PNG path (default WORKDIR/learning_curve.png).")
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no metrics in {path}: train first")
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def plot(workdir: str, output: str) -> str:
+  """Writes the learning curve PNG and returns its path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  rows = read_metrics(workdir)
+  train = [r for r in rows if "loss" in r and "elapsed_sec" in r]
+  dev = [r for r in rows if "dev_ppl" in r]
+  # Dev rows logged on a non-logging step carry no time: take the nearest logged one's.
+  times = {r["step"]: r["elapsed_sec"] for r in train}
+  dev_t = [times.get(r["step"], max((t for s, t in times.items() if s <= r["step"]),
+                                    default=0.0)) / 60 for r in dev]
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  ax.plot([r["elapsed_sec"] / 60 for r in train], [r["loss"] for r in train],
+          color="tab:blue", label="training loss (label-smoothed)")
+  ax.set_xlabel("training time (minutes)")
+  ax.set_ylabel("training loss", color="tab:blue")
+  ax2 = ax.twinx()
+  ax2.plot(dev_t, [r["dev_ppl"] for r in dev], "o-", color="tab:red", label="dev perplexity")
+  ax2.set_ylabel("dev perplexity (per wordpiece)", color="tab:red")
+  ax2.set_yscale("log")
+  title = os.path.basename(os.path.normpath(workdir))
+  for path in sorted(glob.glob(os.path.join(workdir, "eval", "*.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    title += f" | {r['split']}: sacreBLEU {r['sacrebleu']:.1f}"
+  ax.set_title(title)
+  fig.tight_layout()
+  fig.savefig(output, dpi=100)
+  plt.close(fig)
+  return output
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  if not FLAGS.workdir:
+    print("error: --workdir is required", file=sys.stderr)
+    sys.exit(2)
+  try:
+    out = plot(FLAGS.workdir, FLAGS.output or os.path.join(FLAGS.workdir, "learning_curve.png"))
+  except FileNotFoundError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,197 @@
+r"""Sweeps: `python -m t2t_jax.sweep --sweep=table3 --workdir=DIR [--set KEY=VALUE ...]`.
+
+Runs every row of a sweep one after another, each as the ordinary training
+command in DIR/<experiment>/ (so each row resumes and finishes like any run),
+then writes DIR/<sweep>.md, .csv and .png next to the paper's figures.
+`--print_commands` prints one launch command per row instead (one cluster job
+per row). `--set` applies to every row first; a row's own change wins over it,
+so a miniature keeps the ablation it names.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("sweep", "table3", "Which sweep (table3).")
+flags.DEFINE_string("workdir", None, "Directory holding one workdir per row.")
+flags.DEFINE_multi_string("set", [], "Override for every row: --set train.steps=1000.")
+flags.DEFINE_string("dataset", None, "Data source spec for every row.")
+flags.DEFINE_string("rows", None, "Comma-separated subset of the sweep's rows.")
+flags.DEFINE_bool("print_commands", False, "Print one launch command per row and exit.")
+flags.DEFINE_bool("report_only", False, "Only write the table from finished rows.")
+
+
+def sweep_rows(name: str) -> dict[str, tuple]:
+  """Row name -> (description, changes, paper dev PPL, paper dev BLEU, paper params M)."""
+  if name != "table3":
+    raise ValueError(f"unknown sweep {name!r}; valid: table3")
+  from experiments import table3
+  return table3.ROWS
+
+
+def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
+                changes: dict) -> list[str]:
+  """The training command of one row: the sweep's overrides, then the row's own."""
+  cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
+         f"--workdir={os.path.join(workdir, row)}"]
+  if dataset:
+    cmd.append(f"--dataset={dataset}")
+  row_keys = set(changes)
+  for s in sets:
+    if s.split("=", 1)[0].strip() not in row_keys:
+      cmd += ["--set", s]
+  return cmd
+
+
+def row_result(row_dir: str) -> dict[str, Any] | None:
+  """Dev PPL, dev BLEU and parameter count of a finished row, else None."""
+  info_path = os.path.join(row_dir, "experiment.json")
+  if not os.path.exists(info_path):
+    return None
+  with open(info_path) as f:
+    info = json.load(f)
+  dev = info["config"]["data"]["dev_split"]
+  eval_path = os.path.join(row_dir, "eval", f"{dev}.json")
+  if not os.path.exists(eval_path):
+    return None
+  with open(eval_path) as f:
+    ev = json.load(f)
+  ppl = None
+  with open(os.path.join(row_dir, "metrics.jsonl")) as f:
+    for line in f:
+      r = json.loads(line)
+      if "dev_ppl" in r:
+        ppl = r["dev_ppl"]
+  from t2t_jax import model
+  from t2t_jax.config import ModelConfig
+  params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
+  return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
+          "params_m": params / 1e6, "steps": info["config"]["train"]["steps"]}
+
+
+def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
+  """DIR/<sweep>.md, .csv and .png: ours next to the paper's; unfinished rows pending."""
+  table = []
+  for row, (desc, _, p_ppl, p_bleu, p_params) in rows.items():
+    r = row_result(os.path.join(workdir, row))
+    table.append({"experiment": row, "change": desc,
+                  "params_m": round(r["params_m"], 1) if r else None,
+                  "dev_ppl": round(r["dev_ppl"], 2) if r and r["dev_ppl"] else None,
+                  "dev_bleu": r["dev_bleu"] if r else None,
+                  "paper_params_m": p_params, "paper_dev_ppl": p_ppl, "paper_dev_bleu": p_bleu,
+                  "status": "done" if r else "pending"})
+  csv_path = os.path.join(workdir, f"{sweep}.csv")
+  with open(csv_path, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(table[0]))
+    w.writeheader()
+    w.writerows(table)
+  fmt = lambda x: "pending" if x is None else str(x)
+  lines = ["| experiment | change | params (M) | paper | dev PPL | paper | dev BLEU | paper |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+  for t in table:
+    lines.append(f"| {t['experiment']} | {t['change']} | {fmt(t['params_m'])} | "
+                 f"{t['paper_params_m'] or ''} | {fmt(t['dev_ppl'])} | {t['paper_dev_ppl']} | "
+                 f"{fmt(t['dev_bleu'])} | {t['paper_dev_bleu']} |")
+  md_path = os.path.join(workdir, f"{sweep}.md")
+  with open(md_path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  png_path = os.path.join(workdir, f"{sweep}.png")
+  _chart(table, png_path)
+  return [md_path, csv_path, png_path]
+
+
+def _chart(table: list[dict], path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  names = [t["experiment"].replace("table3_", "") for t in table]
+  x = range(len(table))
+  fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(table)), 7), sharex=True)
+  for ax, key, label in ((top, "dev_bleu", "dev BLEU"), (bottom, "dev_ppl", "dev PPL")):
+    ours = [t[key] if t[key] is not None else float("nan") for t in table]
+    paper = [t[f"paper_{key}"] for t in table]
+    ax.bar([i - 0.2 for i in x], ours, width=0.4, label="ours")
+    ax.bar([i + 0.2 for i in x], paper, width=0.4, label="paper")
+    ax.set_ylabel(label)
+    ax.legend()
+  bottom.set_xticks(list(x))
+  bottom.set_xticklabels(names, rotation=60, ha="right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def _run_forwarding_sigterm(cmd: list[str]) -> int:
+  """Runs a row; SIGTERM is passed on (the row checkpoints and exits 0). Ctrl-C reaches the
+  row through the terminal's process group, so the sweep itself ignores SIGINT meanwhile."""
+  proc = subprocess.Popen(cmd)
+  old_term = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+  old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    return proc.wait()
+  finally:
+    signal.signal(signal.SIGTERM, old_term)
+    signal.signal(signal.SIGINT, old_int)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if not FLAGS.workdir:
+    print("error: --workdir is required", file=sys.stderr)
+    sys.exit(2)
+  try:
+    rows = sweep_rows(FLAGS.sweep)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  if FLAGS.rows:
+    wanted = [r.strip() for r in FLAGS.rows.split(",")]
+    unknown = [r for r in wanted if r not in rows]
+    if unknown:
+      print(f"error: unknown rows {unknown}; valid: {', '.join(rows)}", file=sys.stderr)
+      sys.exit(2)
+    rows = {r: rows[r] for r in wanted}
+  workdir = os.path.abspath(FLAGS.workdir)
+  commands = {row: row_command(row, workdir, FLAGS.set, FLAGS.dataset, spec[1])
+              for row, spec in rows.items()}
+  if FLAGS.print_commands:
+    for cmd in commands.values():
+      print(" ".join(shlex.quote(c) for c in ["python"] + cmd[1:]))
+    return
+  os.makedirs(workdir, exist_ok=True)
+  if not FLAGS.report_only:
+    for i, (row, cmd) in enumerate(commands.items(), 1):
+      if row_result(os.path.join(workdir, row)) is not None:
+        print(f"[{i}/{len(commands)}] {row}: finished, skipped", flush=True)
+        continue
+      print(f"[{i}/{len(commands)}] {row}: {' '.join(shlex.quote(c) for c in cmd[1:])}",
+            flush=True)
+      start = time.time()
+      rc = _run_forwarding_sigterm(cmd)
+      if rc != 0:
+        print(f"[{i}/{len(commands)}] {row}: failed with exit code {rc}", flush=True)
+        if rc == 130 or rc < 0:
+          sys.exit(rc if rc > 0 else 1)
+        continue
+      if row_result(os.path.join(workdir, row)) is None:  # stopped by a signal: resume later
+        print(f"sweep stopped during {row}; run the same command to resume", flush=True)
+        break
+      print(f"[{i}/{len(commands)}] {row}: done in {time.time() - start:.0f}s", flush=True)
+  for path in write_report(workdir, FLAGS.sweep, rows):
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,55 @@
+"""The Table 3 sweep on a two-row miniature: commands, resumability and the report."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MINI = ["model.num_layers=1", "model.d_model=32", "model.d_ff=64", "model.num_heads=2",
+        "model.d_k=16", "model.d_v=16", "model.vocab_size=64", "train.steps=10",
+        "train.tokens_per_step=512", "train.max_tokens_per_batch=512",
+        "train.checkpoint_every_steps=10", "train.eval_every_steps=10", "data.max_length=32",
+        "data.bucket_growth=2.0", "decode.beam_size=1"]
+
+
+def _sweep(workdir, *extra):
+  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={workdir}",
+          "--dataset=demo", "--rows=table3_base,table3_c_n2"]
+  for s in MINI:
+    args += ["--set", s]
+  return subprocess.run(args + list(extra), cwd=REPO, capture_output=True, text=True,
+                        timeout=900)
+
+
+def test_print_commands_gives_one_launch_command_per_row_and_the_row_change_wins(tmp_path):
+  r = _sweep(tmp_path, "--print_commands")
+  assert r.returncode == 0, r.stderr[-2000:]
+  lines = r.stdout.strip().splitlines()
+  assert len(lines) == 2
+  assert "--experiment=table3_base" in lines[0] and "model.num_layers=1" in lines[0]
+  # (C) N=2 is the row's own change: the sweep-wide num_layers=1 must not undo it.
+  assert "--experiment=table3_c_n2" in lines[1] and "model.num_layers" not in lines[1]
+  assert not (tmp_path / "table3_base").exists()
+
+
+def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
+  r = _sweep(tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  with open(tmp_path / "table3.csv") as f:
+    rows = {row["experiment"]: row for row in csv.DictReader(f)}
+  assert set(rows) == {"table3_base", "table3_c_n2"}
+  assert all(row["status"] == "done" for row in rows.values())
+  assert float(rows["table3_c_n2"]["params_m"]) > float(rows["table3_base"]["params_m"])
+  assert rows["table3_base"]["paper_dev_bleu"] == "25.8"
+  assert (tmp_path / "table3.png").stat().st_size > 0
+  assert "| table3_c_n2 | (C) N=2 |" in (tmp_path / "table3.md").read_text()
+  again = _sweep(tmp_path)  # finished rows are skipped
+  assert again.returncode == 0
+  assert again.stdout.count("finished, skipped") == 2
+
+
+def test_report_marks_rows_not_yet_run_as_pending(tmp_path):
+  r = _sweep(tmp_path, "--report_only")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert (tmp_path / "table3.md").read_text().count("pending") >= 6
