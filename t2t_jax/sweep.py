@@ -77,7 +77,7 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
   from t2t_jax.config import ModelConfig
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
   return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
-          "params_m": params / 1e6, "steps": info["config"]["train"]["steps"]}
+          "params": params, "steps": info["config"]["train"]["steps"]}
 
 
 def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
@@ -86,7 +86,8 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
   for row, (desc, _, p_ppl, p_bleu, p_params) in rows.items():
     r = row_result(os.path.join(workdir, row))
     table.append({"experiment": row, "change": desc,
-                  "params_m": round(r["params_m"], 1) if r else None,
+                  "params": r["params"] if r else None,
+                  "params_m": round(r["params"] / 1e6, 1) if r else None,
                   "dev_ppl": round(r["dev_ppl"], 2) if r and r["dev_ppl"] else None,
                   "dev_bleu": r["dev_bleu"] if r else None,
                   "paper_params_m": p_params, "paper_dev_ppl": p_ppl, "paper_dev_bleu": p_bleu,

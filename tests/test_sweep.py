@@ -40,7 +40,7 @@ def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
     rows = {row["experiment"]: row for row in csv.DictReader(f)}
   assert set(rows) == {"table3_base", "table3_c_n2"}
   assert all(row["status"] == "done" for row in rows.values())
-  assert float(rows["table3_c_n2"]["params_m"]) > float(rows["table3_base"]["params_m"])
+  assert int(rows["table3_c_n2"]["params"]) > int(rows["table3_base"]["params"])
   assert rows["table3_base"]["paper_dev_bleu"] == "25.8"
   assert (tmp_path / "table3.png").stat().st_size > 0
   assert "| table3_c_n2 | (C) N=2 |" in (tmp_path / "table3.md").read_text()
