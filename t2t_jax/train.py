@@ -321,61 +321,59 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
     last_ckpt_step, last_ckpt_time = step, time.time()
     print(f"saved checkpoint {path}", flush=True)
 
-  stop = StopRequest()
   try:
-    stop.__enter__()
-    for step in range(start_step + 1, t.steps + 1):
+    with StopRequest() as stop:
+      for step in range(start_step + 1, t.steps + 1):
+        if stop.signal_name:
+          break
+        batch = next(batches)
+        state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
+        pending.append(metrics)
+        log_now = step % t.log_every_steps == 0 or step == t.steps
+        eval_now = step % t.eval_every_steps == 0 or step == t.steps
+        ckpt_now = (step % t.checkpoint_every_steps == 0 or step == t.steps or
+                    time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
+        if not (log_now or eval_now or ckpt_now):
+          continue
+        fetched = jax.device_get([{k: v[0] for k, v in m.items()} for m in pending])
+        pending = []
+        bad = int(jax.device_get(state.bad_step[0]))
+        if bad >= 0:
+          good = ckpt.steps()[-1] if ckpt.steps() else None
+          where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
+          raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint is "
+                          f"{where} (try a lower learning rate or float32)")
+        window_tokens += sum(float(m["tokens"]) for m in fetched)
+        values = {}
+        if log_now:
+          now = time.time()
+          tok_s = window_tokens / max(now - window_start, 1e-9)
+          window_tokens, window_start = 0.0, now
+          elapsed = now - start_time
+          eta = elapsed / (step - start_step) * (t.steps - step)
+          elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
+          values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
+                    "learning_rate": float(fetched[-1]["learning_rate"]),
+                    "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
+          print(f"step {step:>7d}/{t.steps} | loss {values['loss']:.4f} | "
+                f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
+                f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
+        if eval_now:
+          dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
+          values.update(dev)
+          print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
+                flush=True)
+        if values:
+          metrics_log.write(step, values)
+        if ckpt_now:
+          save(step)
       if stop.signal_name:
-        break
-      batch = next(batches)
-      state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
-      pending.append(metrics)
-      log_now = step % t.log_every_steps == 0 or step == t.steps
-      eval_now = step % t.eval_every_steps == 0 or step == t.steps
-      ckpt_now = (step % t.checkpoint_every_steps == 0 or step == t.steps or
-                  time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
-      if not (log_now or eval_now or ckpt_now):
-        continue
-      fetched = jax.device_get([{k: v[0] for k, v in m.items()} for m in pending])
-      pending = []
-      bad = int(jax.device_get(state.bad_step[0]))
-      if bad >= 0:
-        good = ckpt.steps()[-1] if ckpt.steps() else None
-        where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
-        raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint is "
-                        f"{where} (try a lower learning rate or float32)")
-      window_tokens += sum(float(m["tokens"]) for m in fetched)
-      values = {}
-      if log_now:
-        now = time.time()
-        tok_s = window_tokens / max(now - window_start, 1e-9)
-        window_tokens, window_start = 0.0, now
-        elapsed = now - start_time
-        eta = elapsed / (step - start_step) * (t.steps - step)
-        elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
-        values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
-                  "learning_rate": float(fetched[-1]["learning_rate"]),
-                  "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
-        print(f"step {step:>7d}/{t.steps} | loss {values['loss']:.4f} | "
-              f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
-              f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
-      if eval_now:
-        dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
-        values.update(dev)
-        print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
-              flush=True)
-      if values:
-        metrics_log.write(step, values)
-      if ckpt_now:
-        save(step)
-    if stop.signal_name:
-      done = int(jax.device_get(state.step[0]))
-      if done > last_ckpt_step:
-        save(done)
-      print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
-            f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
+        done = int(jax.device_get(state.step[0]))
+        if done > last_ckpt_step:
+          save(done)
+        print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
+              f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:
-    stop.__exit__()
     ckpt.close()
   return parallel.unreplicate(state), stop.signal_name
 
