@@ -23,19 +23,20 @@ def _multi30k(tgt: str) -> ExperimentConfig:
       # 29k pairs cannot feed a 63M-parameter model: 3+3 layers of width 256 (~9M parameters).
       model=ModelConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4,
                         d_k=64, d_v=64,
-                        # Small data overfits: the paper's big-model dropout.
-                        dropout=0.3, label_smoothing=0.1, max_len=128),
+                        # One hour is ~10 epochs here: the paper's 0.1, as 0.3 underfit (the
+                        # first run ended with train NLL = dev NLL and sacreBLEU 22.5).
+                        dropout=0.1, label_smoothing=0.1, max_len=128),
       data=DataConfig(dataset=f"folder:{MULTI30K}:en-{tgt}", train_split="train",
                       dev_split="valid", test_split="test2016",
                       # A joint 8k BPE suits a 29k-pair corpus (37k would leave most pieces rare).
                       vocab_type="bpe", max_length=128,
                       # Coarser buckets than T2T's 10%: fewer shapes to compile in one hour.
                       bucket_growth=1.2),
-      # ~3k tokens per step: about 1.7 s a step here, so ~1400 updates fit the hour
-      # with evaluation and compilation;
-      # warmup shortened in proportion to the shorter run.
-      train=TrainConfig(steps=1400, tokens_per_step=3072, max_tokens_per_batch=3072,
-                        warmup_steps=600, checkpoint_every_steps=100,
+      # ~3k tokens per step (about 2 s a step here); the hour is a wall-time budget that
+      # includes compilation and dev evaluation (steps is only an upper bound); warmup
+      # shortened in proportion to the ~1,500 updates that fit.
+      train=TrainConfig(steps=3000, max_train_minutes=60.0, tokens_per_step=3072,
+                        max_tokens_per_batch=3072, warmup_steps=600, checkpoint_every_steps=100,
                         checkpoint_every_minutes=10.0, keep_checkpoints=10,
                         eval_every_steps=300, log_every_steps=50),
       decode=DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=50),

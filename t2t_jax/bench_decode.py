@@ -43,7 +43,8 @@ def run(cfg: ModelConfig, num_devices: int, batch_per_device: int = 4, src_len: 
   src[..., -1] = EOS_ID
   search = jax.pmap(functools.partial(
       decode.beam_search, cfg=cfg, beam_size=beam_size, alpha=0.6,
-      max_extra_length=out_len - src_len, cached=cached), devices=devices)
+      max_extra_length=out_len - src_len, cached=cached), axis_name=parallel.AXIS,
+      devices=devices)
   src = src.astype(np.int32)
   start = time.perf_counter()
   seqs, _ = search(params, src)

@@ -70,6 +70,9 @@ class TrainConfig:
   log_every_steps: int = 100
   seed: int = 0
   final_eval: bool = True  # on reaching `steps`: average, then decode dev/test (section 6.1)
+  # Training wall-time budget across resumes (0 = none): on reaching it training ends as if
+  # at `steps` (checkpoint, dev evaluation, then the final evaluation).
+  max_train_minutes: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

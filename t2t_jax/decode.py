@@ -160,7 +160,8 @@ class Translator:
     self._search = jax.pmap(
         functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
                           alpha=decode_cfg.alpha,
-                          max_extra_length=decode_cfg.max_extra_length))
+                          max_extra_length=decode_cfg.max_extra_length),
+        axis_name=parallel.AXIS)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0

@@ -110,12 +110,12 @@ def main(argv: list[str]) -> None:
 def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
   from t2t_jax import evaluate, train
-  state, stopped_by = train.train_and_evaluate(cfg, workdir)
+  _, stopped_by, finished = train.train_and_evaluate(cfg, workdir)
   if stopped_by:
     print("resume with: python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
           flush=True)
     return
-  if int(state.step) < cfg.train.steps or not cfg.train.final_eval:
+  if not finished or not cfg.train.final_eval:
     return
   stored = [os.path.join(workdir, "eval", f"{s}.json")
             for s in (cfg.data.dev_split, cfg.data.test_split)]

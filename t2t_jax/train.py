@@ -70,7 +70,7 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
                cfg: ExperimentConfig, optimizer: optax.GradientTransformation,
-               axis_name: str = "devices") -> tuple[TrainState, dict[str, jax.Array]]:
+               axis_name: str = parallel.AXIS) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimiser update from a device's [accum, batch, length] share of the step."""
   rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))  # per device
   transformer = model.Transformer(cfg.model)
@@ -113,7 +113,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, cfg: ExperimentConfig,
-              axis_name: str = "devices") -> dict[str, jax.Array]:
+              axis_name: str = parallel.AXIS) -> dict[str, jax.Array]:
   """Summed smoothed loss, NLL and token count over a [batch, length] share."""
   logits = model.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
                                               batch["targets"])
@@ -124,8 +124,8 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, cfg: ExperimentConfig
 def make_steps(cfg: ExperimentConfig, optimizer: optax.GradientTransformation, devices=None):
   """The pmapped train and eval steps (state donated)."""
   p_train = jax.pmap(functools.partial(train_step, cfg=cfg, optimizer=optimizer),
-                     axis_name="devices", donate_argnums=(0,), devices=devices)
-  p_eval = jax.pmap(functools.partial(eval_step, cfg=cfg), axis_name="devices",
+                     axis_name=parallel.AXIS, donate_argnums=(0,), devices=devices)
+  p_eval = jax.pmap(functools.partial(eval_step, cfg=cfg), axis_name=parallel.AXIS,
                     devices=devices)
   return p_train, p_eval
 
@@ -273,10 +273,13 @@ class StopRequest:
       signal.signal(sig, handler)
 
 
-def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState, str | None]:
-  """Trains to `train.steps`, checkpointing and evaluating as configured; resumes if possible.
+def train_and_evaluate(cfg: ExperimentConfig, workdir: str
+                       ) -> tuple[TrainState, str | None, bool]:
+  """Trains to `train.steps` (or `train.max_train_minutes`), checkpointing and evaluating as
+  configured; resumes if possible.
 
-  Returns the final state and the name of the signal that stopped training early, if any.
+  Returns the final state, the name of the signal that stopped training early (if any),
+  and whether training is finished (all steps done, or the time budget spent).
   """
   t = cfg.train
   check_workdir(cfg, workdir)
@@ -305,6 +308,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
   window_tokens, window_start = 0.0, time.time()
   pending = []
   batches = ds.train_batches(start_step)
+  budget = 60 * t.max_train_minutes
+  out_of_time = lambda: budget > 0 and time.time() - start_time + metrics_log.elapsed_before >= budget
+  if out_of_time():
+    print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
+  budget_spent = out_of_time()
 
   def save(step: int) -> None:
     nonlocal last_ckpt_step, last_ckpt_time
@@ -324,14 +332,18 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
   try:
     with StopRequest() as stop:
       for step in range(start_step + 1, t.steps + 1):
-        if stop.signal_name:
+        if stop.signal_name or budget_spent:
           break
         batch = next(batches)
         state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
         pending.append(metrics)
-        log_now = step % t.log_every_steps == 0 or step == t.steps
-        eval_now = step % t.eval_every_steps == 0 or step == t.steps
-        ckpt_now = (step % t.checkpoint_every_steps == 0 or step == t.steps or
+        if out_of_time():
+          jax.block_until_ready(metrics)
+          budget_spent = out_of_time()
+        last = step == t.steps or budget_spent
+        log_now = step % t.log_every_steps == 0 or last
+        eval_now = step % t.eval_every_steps == 0 or last
+        ckpt_now = (step % t.checkpoint_every_steps == 0 or last or
                     time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
         if not (log_now or eval_now or ckpt_now):
           continue
@@ -352,9 +364,14 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
           elapsed = now - start_time
           eta = elapsed / (step - start_step) * (t.steps - step)
           elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
+          if budget:
+            eta = max(0.0, min(eta, budget - elapsed))
           values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
                     "learning_rate": float(fetched[-1]["learning_rate"]),
                     "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
+          if budget_spent:
+            print(f"time budget of {t.max_train_minutes:g} min reached at step {step}",
+                  flush=True)
           print(f"step {step:>7d}/{t.steps} | loss {values['loss']:.4f} | "
                 f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
                 f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
@@ -375,7 +392,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str) -> tuple[TrainState,
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:
     ckpt.close()
-  return parallel.unreplicate(state), stop.signal_name
+  host = parallel.unreplicate(state)
+  return host, stop.signal_name, int(host.step) >= t.steps or budget_spent
 
 
 def run_average(cfg: ExperimentConfig, workdir: str) -> str:

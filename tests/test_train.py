@@ -176,3 +176,24 @@ def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   assert (full / "tensorboard").is_dir() and any((full / "tensorboard").iterdir())
   assert (full / "averaged" / "averaged.json").exists()
   assert (full / "eval" / "test.json").exists()
+
+
+def test_time_budget_ends_training_like_the_last_step(tmp_path):
+  """`train.max_train_minutes` stops at the budget with a checkpoint, then evaluates;
+  a rerun of the finished workdir trains no further."""
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  budget_s = 12
+  cmd = _train_cmd(tmp_path, 100_000, {"train.max_train_minutes": budget_s / 60})
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "time budget of 0.2 min reached at step" in r.stdout, r.stdout[-2000:]
+  with open(tmp_path / "metrics.jsonl") as f:
+    last = [json.loads(l) for l in f][-1]
+  assert budget_s <= last["elapsed_sec"] < budget_s + 10
+  assert "dev_ppl" in last  # the stopping step is evaluated like the last one
+  assert (tmp_path / "checkpoints" / str(last["step"])).is_dir()
+  assert (tmp_path / "eval" / "test.json").exists()
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "spent by earlier runs" in r.stdout and "training already finished" in r.stdout
+  assert not (tmp_path / "checkpoints" / str(last["step"] + 1)).exists()
