@@ -156,12 +156,13 @@ class Translator:
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch
     self.devices = jax.local_devices()
-    self.params = parallel.replicate(params, len(self.devices))
+    # This process's devices alone: in a multi-process job one host may decode.
+    self.params = parallel.replicate(params, len(self.devices), local_only=True)
     self._search = jax.pmap(
         functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
                           alpha=decode_cfg.alpha,
                           max_extra_length=decode_cfg.max_extra_length),
-        axis_name=parallel.AXIS)
+        axis_name=parallel.AXIS, devices=self.devices)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0

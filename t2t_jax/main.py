@@ -31,6 +31,12 @@ flags.DEFINE_string("input", None, "translate: read sentences from this file (de
 flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
+flags.DEFINE_bool("distributed", False, "train: join a multi-process job, detected from the "
+                  "cluster environment (SLURM, Cloud TPU, Open MPI).")
+flags.DEFINE_string("coordinator_address", None, "train: HOST:PORT of process 0 of a "
+                    "multi-process job (with --num_processes and --process_id).")
+flags.DEFINE_integer("num_processes", None, "train: processes in the multi-process job.")
+flags.DEFINE_integer("process_id", None, "train: this process's index, 0..num_processes-1.")
 
 
 class UsageError(UserError):
@@ -70,6 +76,26 @@ def run_params(cfg: ExperimentConfig) -> None:
     print(f"  {name:<20s} {count:>12,d}  ({100.0 * count / total:5.1f}%)")
 
 
+def start_distributed() -> None:
+  """Joins a multi-process job if asked to (before any JAX computation)."""
+  explicit = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
+  if not FLAGS.distributed and all(x is None for x in explicit):
+    return
+  if FLAGS.mode != "train":
+    raise UsageError(f"multi-process runs are for training; run --mode={FLAGS.mode} as one "
+                     f"process")
+  if any(x is None for x in explicit) and not all(x is None for x in explicit):
+    raise UsageError("give all of --coordinator_address, --num_processes and --process_id, "
+                     "or --distributed to read them from the cluster environment")
+  if FLAGS.num_processes is not None and not 0 <= FLAGS.process_id < FLAGS.num_processes:
+    raise UsageError(f"--process_id={FLAGS.process_id} is not in 0..{FLAGS.num_processes - 1}")
+  from t2t_jax import parallel
+  parallel.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  import jax
+  print(f"process {jax.process_index()} of {jax.process_count()}: "
+        f"{jax.local_device_count()} local of {jax.device_count()} devices", flush=True)
+
+
 def main(argv: list[str]) -> None:
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines quiet
@@ -84,6 +110,7 @@ def main(argv: list[str]) -> None:
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
+  start_distributed()
   from t2t_jax import input_pipeline, train
   cfg = input_pipeline.resolve_splits(cfg)
   if FLAGS.mode != "train":
@@ -116,6 +143,14 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
           flush=True)
     return
   if not finished or not cfg.train.final_eval:
+    return
+  import jax
+  if jax.process_count() > 1:
+    # Decoding is a one-host job; a cluster script runs it as its next step.
+    if jax.process_index() == 0:
+      base = f"python -m t2t_jax.main --experiment={cfg.name} --workdir={workdir}"
+      print(f"training finished; average and evaluate with one process:\n  {base} "
+            f"--mode=average && {base} --mode=eval", flush=True)
     return
   stored = [os.path.join(workdir, "eval", f"{s}.json")
             for s in (cfg.data.dev_split, cfg.data.test_split)]

@@ -136,7 +136,7 @@ def evaluate_loss(p_eval, params, ds: input_pipeline.Dataset, split: str) -> dic
   for batch in ds.eval_batches(split):
     out = p_eval(params, batch)
     for k in totals:
-      totals[k] += float(out[k][0])
+      totals[k] += float(parallel.first(out[k]))
   tokens = max(totals["tokens"], 1.0)
   return {"dev_loss": totals["loss"] / tokens, "dev_nll": totals["nll"] / tokens,
           "dev_ppl": math.exp(min(totals["nll"] / tokens, 50.0))}
@@ -283,7 +283,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   """
   t = cfg.train
   check_workdir(cfg, workdir)
-  write_run_info(cfg, workdir)
+  if jax.process_index() == 0:
+    write_run_info(cfg, workdir)
+  else:
+    check_run_info(cfg, workdir)
   devices = jax.local_devices()
   n_dev = len(devices)
   ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
@@ -309,10 +312,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   pending = []
   batches = ds.train_batches(start_step)
   budget = 60 * t.max_train_minutes
-  out_of_time = lambda: budget > 0 and time.time() - start_time + metrics_log.elapsed_before >= budget
-  if out_of_time():
+  out_of_time = lambda: (budget > 0 and
+                         time.time() - start_time + metrics_log.elapsed_before >= budget)
+  budget_spent = parallel.all_processes_agree(out_of_time())
+  if budget_spent:
     print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
-  budget_spent = out_of_time()
 
   def save(step: int) -> None:
     nonlocal last_ckpt_step, last_ckpt_time
@@ -332,14 +336,16 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   try:
     with StopRequest() as stop:
       for step in range(start_step + 1, t.steps + 1):
-        if stop.signal_name or budget_spent:
+        # Every process of a multi-process job must take the same number of steps.
+        if parallel.all_processes_agree(stop.signal_name is not None):
+          stop.signal_name = stop.signal_name or "a signal to another process"
+          break
+        if budget_spent:
           break
         batch = next(batches)
         state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
         pending.append(metrics)
-        if out_of_time():
-          jax.block_until_ready(metrics)
-          budget_spent = out_of_time()
+        budget_spent = parallel.all_processes_agree(out_of_time())
         last = step == t.steps or budget_spent
         log_now = step % t.log_every_steps == 0 or last
         eval_now = step % t.eval_every_steps == 0 or last
@@ -347,9 +353,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                     time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
         if not (log_now or eval_now or ckpt_now):
           continue
-        fetched = jax.device_get([{k: v[0] for k, v in m.items()} for m in pending])
+        fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
         pending = []
-        bad = int(jax.device_get(state.bad_step[0]))
+        bad = int(parallel.first(state.bad_step))
         if bad >= 0:
           good = ckpt.steps()[-1] if ckpt.steps() else None
           where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
@@ -385,7 +391,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         if ckpt_now:
           save(step)
       if stop.signal_name:
-        done = int(jax.device_get(state.step[0]))
+        done = int(parallel.first(state.step))
         if done > last_ckpt_step:
           save(done)
         print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "

@@ -1,0 +1,64 @@
+"""Multi-process data parallelism: 2 processes x 4 CPU devices on localhost train exactly
+like 1 process x 8 devices, and a multi-process run resumes from its own checkpoints."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+from t2t_jax import optim, train
+from test_train import REPO, _final_params, _train_cmd, tiny_cfg
+
+DEVICES = "--xla_force_host_platform_device_count={}"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _run_two_processes(workdir, steps, extra):
+  port = _free_port()
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  procs = [subprocess.Popen(
+      _train_cmd(workdir, steps, extra) + [f"--coordinator_address=localhost:{port}",
+                                           "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(2)]
+  outs = [p.communicate(timeout=600)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  return outs
+
+
+def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path):
+  extra = {"train.final_eval": False, "train.checkpoint_every_steps": 3,
+           "train.learning_rate_scale": 30.0, "model.dropout": 0.1}
+  one = tmp_path / "one"
+  r = subprocess.run(_train_cmd(one, 6, extra), cwd=REPO, capture_output=True, text=True,
+                     env={**os.environ, "XLA_FLAGS": DEVICES.format(8)}, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+
+  multi = tmp_path / "multi"
+  outs = _run_two_processes(multi, 3, extra)
+  assert "process 1 of 2: 4 local of 8 devices" in outs[1]
+  outs = _run_two_processes(multi, 6, extra)  # a new job resumes the checkpoint of step 3
+  assert all("resuming from checkpoint 3" in out for out in outs)
+
+  cfg = tiny_cfg()
+  (p_one, s_one), (p_multi, s_multi) = _final_params(one, cfg), _final_params(multi, cfg)
+  assert s_one == s_multi == 6
+  init = train.init_state(cfg, optim.make_optimizer(cfg)).params
+  moved = max(float(np.abs(a - b).max()) for a, b in
+              zip(jax.tree_util.tree_leaves(p_one), jax.tree_util.tree_leaves(init)))
+  assert moved > 1e-3  # the six steps really changed the parameters
+  for a, b in zip(jax.tree_util.tree_leaves(p_one), jax.tree_util.tree_leaves(p_multi)):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+  # Metrics are written once, by process 0.
+  with open(multi / "metrics.jsonl") as f:
+    steps = [l for l in f if '"loss"' in l]
+  assert len(steps) == len({l.split(",")[0] for l in steps})
