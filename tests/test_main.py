@@ -48,6 +48,12 @@ def test_set_overrides_reach_the_model():
     (["--experiment=base_ende", "--set", "model.dropout"], "--set expects KEY=VALUE"),
     (["--experiment=base_ende", "--mode=fly"], "unknown --mode='fly'"),
     (["--experiment=base_ende", "--no_such_flag=1"], "no_such_flag"),
+    (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--process_id=1"],
+     "give all of --coordinator_address, --num_processes and --process_id"),
+    (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--process_id=2",
+      "--num_processes=2", "--coordinator_address=localhost:1"], "--process_id=2 is not in 0..1"),
+    (["--experiment=demo", "--mode=eval", "--workdir=/nonexistent/w", "--distributed"],
+     "multi-process runs are for training"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
   r = run("--mode=params", *args) if not any(a.startswith("--mode") for a in args) else run(*args)
