@@ -40,7 +40,8 @@ def plot(workdir: str, output: str) -> str:
   dev_t = [times.get(r["step"], max((t for s, t in times.items() if s <= r["step"]),
                                     default=0.0)) / 60 for r in dev]
   fig, ax = plt.subplots(figsize=(8, 4.5))
-  ax.plot([r["elapsed_sec"] / 60 for r in train], [r["loss"] for r in train],
+  # The mean over each logging window when logged (one step's loss jumps with its bucket).
+  ax.plot([r["elapsed_sec"] / 60 for r in train], [r.get("loss_mean", r["loss"]) for r in train],
           color="tab:blue", label="training loss (label-smoothed)")
   ax.set_xlabel("training time (minutes)")
   ax.set_ylabel("training loss", color="tab:blue")

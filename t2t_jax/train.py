@@ -308,7 +308,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   state = parallel.replicate(state, n_dev)
   last_ckpt_step, last_ckpt_time = start_step, time.time()
   start_time = time.time()
-  window_tokens, window_start = 0.0, time.time()
+  window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
   pending = []
   batches = ds.train_batches(start_step)
   budget = 60 * t.max_train_minutes
@@ -362,23 +362,28 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint is "
                           f"{where} (try a lower learning rate or float32)")
         window_tokens += sum(float(m["tokens"]) for m in fetched)
+        window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
         values = {}
         if log_now:
           now = time.time()
           tok_s = window_tokens / max(now - window_start, 1e-9)
-          window_tokens, window_start = 0.0, now
+          # Token-weighted mean over the steps since the last log line (or the resume): the
+          # single step's loss jumps with its length bucket.
+          loss_mean = window_loss / max(window_tokens, 1e-9)
+          window_tokens, window_loss, window_start = 0.0, 0.0, now
           elapsed = now - start_time
           eta = elapsed / (step - start_step) * (t.steps - step)
           elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
           if budget:
             eta = max(0.0, min(eta, budget - elapsed))
           values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
+                    "loss_mean": round(loss_mean, 5),
                     "learning_rate": float(fetched[-1]["learning_rate"]),
                     "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
           if budget_spent:
             print(f"time budget of {t.max_train_minutes:g} min reached at step {step}",
                   flush=True)
-          print(f"step {step:>7d}/{t.steps} | loss {values['loss']:.4f} | "
+          print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
                 f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
                 f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
         if eval_now:
