@@ -30,6 +30,10 @@ flags.DEFINE_string("dataset", None, "Data source spec for every row.")
 flags.DEFINE_string("rows", None, "Comma-separated subset of the sweep's rows.")
 flags.DEFINE_bool("print_commands", False, "Print one launch command per row and exit.")
 flags.DEFINE_bool("report_only", False, "Only write the table from finished rows.")
+flags.DEFINE_float("width_scale", None, "Miniature: multiply every row's own widths (d_model, "
+                   "d_ff, d_k, d_v) by this factor, so rows keep their ratios to base.")
+
+WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
 
 
 def sweep_rows(name: str) -> dict[str, tuple]:
@@ -41,8 +45,12 @@ def sweep_rows(name: str) -> dict[str, tuple]:
 
 
 def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
-                changes: dict) -> list[str]:
-  """The training command of one row: the sweep's overrides, then the row's own."""
+                changes: dict, width_scale: float | None = None) -> list[str]:
+  """The training command of one row: the sweep's overrides, then the row's own.
+
+  With `width_scale`, the row's own widths are scaled (Table 3's d_model 256 / 512 /
+  1024 at 0.25 become 64 / 128 / 256), so a miniature keeps each row's ratio to base.
+  """
   cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
          f"--workdir={os.path.join(workdir, row)}"]
   if dataset:
@@ -51,6 +59,11 @@ def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
   for s in sets:
     if s.split("=", 1)[0].strip() not in row_keys:
       cmd += ["--set", s]
+  if width_scale:
+    from experiments import get
+    m = get(row).model
+    for key in WIDTHS:
+      cmd += ["--set", f"model.{key}={max(1, round(getattr(m, key) * width_scale))}"]
   return cmd
 
 
@@ -164,8 +177,15 @@ def main(argv: list[str]) -> None:
       print(f"error: unknown rows {unknown}; valid: {', '.join(rows)}", file=sys.stderr)
       sys.exit(2)
     rows = {r: rows[r] for r in wanted}
+  if FLAGS.width_scale is not None:
+    clash = [s for s in FLAGS.set if s.split("=", 1)[0].strip() in {f"model.{k}" for k in WIDTHS}]
+    if FLAGS.width_scale <= 0 or clash:
+      print(f"error: --width_scale must be > 0 and excludes --set of {', '.join(WIDTHS)}"
+            f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
+      sys.exit(2)
   workdir = os.path.abspath(FLAGS.workdir)
-  commands = {row: row_command(row, workdir, FLAGS.set, FLAGS.dataset, spec[1])
+  commands = {row: row_command(row, workdir, FLAGS.set, FLAGS.dataset, spec[1],
+                               FLAGS.width_scale)
               for row, spec in rows.items()}
   if FLAGS.print_commands:
     for cmd in commands.values():

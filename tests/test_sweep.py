@@ -33,6 +33,23 @@ def test_print_commands_gives_one_launch_command_per_row_and_the_row_change_wins
   assert not (tmp_path / "table3_base").exists()
 
 
+def test_width_scale_keeps_each_rows_ratio_to_base(tmp_path):
+  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
+          "--rows=table3_base,table3_c_d256,table3_b_dk16,table3_big", "--width_scale=0.25",
+          "--print_commands"]
+  r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  base, d256, dk16, big = r.stdout.strip().splitlines()
+  # Paper: base d512/ff2048/dk64; (C) d256 with d_k 32; (B) d_k 16; big d1024/ff4096.
+  assert all(f"model.{k}" in base for k in ("d_model=128", "d_ff=512", "d_k=16", "d_v=16"))
+  assert "model.d_model=64" in d256 and "model.d_k=8" in d256
+  assert "model.d_k=4" in dk16 and "model.d_model=128" in dk16
+  assert "model.d_model=256" in big and "model.d_ff=1024" in big
+  r = subprocess.run(args + ["--set", "model.d_model=64"], cwd=REPO, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 2 and "excludes --set" in r.stderr
+
+
 def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
   r = _sweep(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
