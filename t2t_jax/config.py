@@ -73,6 +73,8 @@ class TrainConfig:
   # Training wall-time budget across resumes (0 = none): on reaching it training ends as if
   # at `steps` (checkpoint, dev evaluation, then the final evaluation).
   max_train_minutes: float = 0.0
+  # False: the final evaluation decodes the dev split only (Table 3 reports dev figures).
+  final_eval_test: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +99,12 @@ class ExperimentConfig:
   train: TrainConfig = TrainConfig()
   decode: DecodeConfig = DecodeConfig()
   average: AverageConfig = AverageConfig()
+
+
+def final_eval_splits(cfg: "ExperimentConfig") -> list[str]:
+  """The splits the end of training decodes: dev, then test unless `train.final_eval_test`
+  is off."""
+  return [cfg.data.dev_split] + ([cfg.data.test_split] if cfg.train.final_eval_test else [])
 
 
 def _field_types(cls: type) -> dict[str, Any]:

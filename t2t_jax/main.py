@@ -15,7 +15,8 @@ import sys
 from absl import app, flags, logging
 
 from t2t_jax.errors import UserError
-from t2t_jax.config import ExperimentConfig, override, parse_set_flags, validate
+from t2t_jax.config import (ExperimentConfig, final_eval_splits, override, parse_set_flags,
+                            validate)
 
 MODES = ("train", "eval", "translate", "average", "attention", "params")
 
@@ -152,8 +153,8 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
       print(f"training finished; average and evaluate with one process:\n  {base} "
             f"--mode=average && {base} --mode=eval", flush=True)
     return
-  stored = [os.path.join(workdir, "eval", f"{s}.json")
-            for s in (cfg.data.dev_split, cfg.data.test_split)]
+  splits = final_eval_splits(cfg)
+  stored = [os.path.join(workdir, "eval", f"{s}.json") for s in splits]
   averaged = os.path.join(workdir, "averaged", "averaged.json")
   if all(os.path.exists(p) and os.path.exists(averaged) and
          os.path.getmtime(p) >= os.path.getmtime(averaged) for p in stored):
@@ -167,7 +168,7 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
             f"{r['checkpoint']}]")
     return
   train.run_average(cfg, workdir)
-  evaluate.run_eval(cfg, workdir, samples=3)
+  evaluate.run_eval(cfg, workdir, samples=3, splits=splits)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

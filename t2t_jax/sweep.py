@@ -4,8 +4,9 @@ Runs every row of a sweep one after another, each as the ordinary training
 command in DIR/<experiment>/ (so each row resumes and finishes like any run),
 then writes DIR/<sweep>.md, .csv and .png next to the paper's figures.
 `--print_commands` prints one launch command per row instead (one cluster job
-per row). `--set` applies to every row first; a row's own change wins over it,
-so a miniature keeps the ablation it names.
+per row). `--set` applies to every row first; a row's own model change wins over
+it, so a miniature keeps the ablation it names, while `--set train.*` reaches
+every row (a miniature trains all rows, big included, on one schedule).
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
          f"--workdir={os.path.join(workdir, row)}"]
   if dataset:
     cmd.append(f"--dataset={dataset}")
-  row_keys = set(changes)
+  # A row's model and regularisation changes are its ablation and win over --set; its
+  # schedule (big's 300k steps) does not: a miniature trains every row for the same steps.
+  ablation_keys = {k for k in changes if not k.startswith("train.")}
   for s in sets:
-    if s.split("=", 1)[0].strip() not in row_keys:
+    if s.split("=", 1)[0].strip() not in ablation_keys:
       cmd += ["--set", s]
   if width_scale:
     from experiments import get

@@ -36,7 +36,7 @@ def test_print_commands_gives_one_launch_command_per_row_and_the_row_change_wins
 def test_width_scale_keeps_each_rows_ratio_to_base(tmp_path):
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--rows=table3_base,table3_c_d256,table3_b_dk16,table3_big", "--width_scale=0.25",
-          "--print_commands"]
+          "--set", "train.steps=7", "--print_commands"]
   r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   base, d256, dk16, big = r.stdout.strip().splitlines()
@@ -45,6 +45,8 @@ def test_width_scale_keeps_each_rows_ratio_to_base(tmp_path):
   assert "model.d_model=64" in d256 and "model.d_k=8" in d256
   assert "model.d_k=4" in dk16 and "model.d_model=128" in dk16
   assert "model.d_model=256" in big and "model.d_ff=1024" in big
+  # big's 300k steps are its schedule, not its ablation: the miniature's steps reach it too.
+  assert "train.steps=7" in big and "train.steps=7" in base
   r = subprocess.run(args + ["--set", "model.d_model=64"], cwd=REPO, capture_output=True,
                      text=True, timeout=300)
   assert r.returncode == 2 and "excludes --set" in r.stderr
@@ -61,6 +63,9 @@ def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
   assert rows["table3_base"]["paper_dev_bleu"] == "25.8"
   assert (tmp_path / "table3.png").stat().st_size > 0
   assert "| table3_c_n2 | (C) N=2 |" in (tmp_path / "table3.md").read_text()
+  # Table 3 reports dev figures only: the rows decode no test split.
+  assert sorted(p.name for p in (tmp_path / "table3_base" / "eval").glob("*.json")) == \
+      ["valid.json"]
   again = _sweep(tmp_path)  # finished rows are skipped
   assert again.returncode == 0
   assert again.stdout.count("finished, skipped") == 2
