@@ -83,17 +83,19 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
     return None
   with open(eval_path) as f:
     ev = json.load(f)
-  ppl = None
+  ppl, elapsed = None, None
   with open(os.path.join(row_dir, "metrics.jsonl")) as f:
     for line in f:
       r = json.loads(line)
       if "dev_ppl" in r:
         ppl = r["dev_ppl"]
+      elapsed = r.get("elapsed_sec", elapsed)
   from t2t_jax import model
   from t2t_jax.config import ModelConfig
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
   return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
-          "params": params, "steps": info["config"]["train"]["steps"]}
+          "params": params, "steps": info["config"]["train"]["steps"],
+          "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
 
 
 def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
@@ -107,6 +109,8 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
                   "dev_ppl": round(r["dev_ppl"], 2) if r and r["dev_ppl"] else None,
                   "dev_bleu": r["dev_bleu"] if r else None,
                   "paper_params_m": p_params, "paper_dev_ppl": p_ppl, "paper_dev_bleu": p_bleu,
+                  "steps": r["steps"] if r else None,
+                  "train_minutes": r["train_minutes"] if r else None,
                   "status": "done" if r else "pending"})
   csv_path = os.path.join(workdir, f"{sweep}.csv")
   with open(csv_path, "w", newline="") as f:
@@ -114,12 +118,14 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
     w.writeheader()
     w.writerows(table)
   fmt = lambda x: "pending" if x is None else str(x)
-  lines = ["| experiment | change | params (M) | paper | dev PPL | paper | dev BLEU | paper |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+  lines = ["| experiment | change | params (M) | paper | dev PPL | paper | dev BLEU | paper "
+           "| steps | train min |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for t in table:
     lines.append(f"| {t['experiment']} | {t['change']} | {fmt(t['params_m'])} | "
                  f"{t['paper_params_m'] or ''} | {fmt(t['dev_ppl'])} | {t['paper_dev_ppl']} | "
-                 f"{fmt(t['dev_bleu'])} | {t['paper_dev_bleu']} |")
+                 f"{fmt(t['dev_bleu'])} | {t['paper_dev_bleu']} | {fmt(t['steps'])} | "
+                 f"{fmt(t['train_minutes'])} |")
   md_path = os.path.join(workdir, f"{sweep}.md")
   with open(md_path, "w") as f:
     f.write("\n".join(lines) + "\n")
@@ -213,6 +219,7 @@ def main(argv: list[str]) -> None:
         print(f"sweep stopped during {row}; run the same command to resume", flush=True)
         break
       print(f"[{i}/{len(commands)}] {row}: done in {time.time() - start:.0f}s", flush=True)
+      write_report(workdir, FLAGS.sweep, rows)  # the table so far, should the sweep stop
   for path in write_report(workdir, FLAGS.sweep, rows):
     print(f"wrote {path}")
 
