@@ -62,11 +62,17 @@ def test_length_penalty_matches_formula():
 
 
 def _greedy(params, cfg, src, max_new):
-  """Greedy decoding by re-running the full decoder on the prefix each step."""
+  """Greedy decoding by re-running the full decoder on the prefix each step.
+
+  The prefix is padded to one fixed length (one compilation); by causality (checked in
+  test_model) the padding after position len(hyp) cannot change that position's logits.
+  """
+  forward = jax.jit(lambda p, s, t: model.Transformer(cfg).apply({"params": p}, s, t))
   hyp = []
   for _ in range(max_new + 1):
-    logits = model.Transformer(cfg).apply({"params": params}, src[None],
-                                          np.array([hyp + [PAD_ID]], np.int32))
+    tgt = np.full((1, max_new + 1), PAD_ID, np.int32)
+    tgt[0, :len(hyp)] = hyp
+    logits = forward(params, src[None], tgt)
     step = np.array(logits[0, len(hyp)])
     step[[PAD_ID, BOS_ID]] = -np.inf
     if len(hyp) == max_new:
