@@ -101,7 +101,7 @@ class ExperimentConfig:
   average: AverageConfig = AverageConfig()
 
 
-def final_eval_splits(cfg: "ExperimentConfig") -> list[str]:
+def final_eval_splits(cfg: ExperimentConfig) -> list[str]:
   """The splits the end of training decodes: dev, then test unless `train.final_eval_test`
   is off."""
   return [cfg.data.dev_split] + ([cfg.data.test_split] if cfg.train.final_eval_test else [])

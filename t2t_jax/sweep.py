@@ -23,6 +23,8 @@ from typing import Any
 
 from absl import app, flags
 
+from t2t_jax.config import ConfigError, parse_set_flags
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("sweep", "table3", "Which sweep (table3).")
 flags.DEFINE_string("workdir", None, "Directory holding one workdir per row.")
@@ -45,7 +47,7 @@ def sweep_rows(name: str) -> dict[str, tuple]:
   return table3.ROWS
 
 
-def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
+def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | None,
                 changes: dict, width_scale: float | None = None) -> list[str]:
   """The training command of one row: the sweep's overrides, then the row's own.
 
@@ -59,9 +61,9 @@ def row_command(row: str, workdir: str, sets: list[str], dataset: str | None,
   # A row's model and regularisation changes are its ablation and win over --set; its
   # schedule (big's 300k steps) does not: a miniature trains every row for the same steps.
   ablation_keys = {k for k in changes if not k.startswith("train.")}
-  for s in sets:
-    if s.split("=", 1)[0].strip() not in ablation_keys:
-      cmd += ["--set", s]
+  for key, value in sets.items():
+    if key not in ablation_keys:
+      cmd += ["--set", f"{key}={value}"]
   if width_scale:
     from experiments import get
     m = get(row).model
@@ -186,14 +188,19 @@ def main(argv: list[str]) -> None:
       print(f"error: unknown rows {unknown}; valid: {', '.join(rows)}", file=sys.stderr)
       sys.exit(2)
     rows = {r: rows[r] for r in wanted}
+  try:
+    sets = parse_set_flags(FLAGS.set)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   if FLAGS.width_scale is not None:
-    clash = [s for s in FLAGS.set if s.split("=", 1)[0].strip() in {f"model.{k}" for k in WIDTHS}]
+    clash = [k for k in sets if k in {f"model.{w}" for w in WIDTHS}]
     if FLAGS.width_scale <= 0 or clash:
       print(f"error: --width_scale must be > 0 and excludes --set of {', '.join(WIDTHS)}"
             f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
       sys.exit(2)
   workdir = os.path.abspath(FLAGS.workdir)
-  commands = {row: row_command(row, workdir, FLAGS.set, FLAGS.dataset, spec[1],
+  commands = {row: row_command(row, workdir, sets, FLAGS.dataset, spec[1],
                                FLAGS.width_scale)
               for row, spec in rows.items()}
   if FLAGS.print_commands:
