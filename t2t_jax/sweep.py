@@ -35,6 +35,8 @@ flags.DEFINE_bool("print_commands", False, "Print one launch command per row and
 flags.DEFINE_bool("report_only", False, "Only write the table from finished rows.")
 flags.DEFINE_float("width_scale", None, "Miniature: multiply every row's own widths (d_model, "
                    "d_ff, d_k, d_v) by this factor, so rows keep their ratios to base.")
+flags.DEFINE_float("depth_scale", None, "Miniature: multiply every row's own num_layers by this "
+                   "factor (rounded, at least 1), so N=2/4/6/8 at 0.5 become 1/2/3/4.")
 
 WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
 
@@ -48,11 +50,13 @@ def sweep_rows(name: str) -> dict[str, tuple]:
 
 
 def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | None,
-                changes: dict, width_scale: float | None = None) -> list[str]:
+                changes: dict, width_scale: float | None = None,
+                depth_scale: float | None = None) -> list[str]:
   """The training command of one row: the sweep's overrides, then the row's own.
 
   With `width_scale`, the row's own widths are scaled (Table 3's d_model 256 / 512 /
-  1024 at 0.25 become 64 / 128 / 256), so a miniature keeps each row's ratio to base.
+  1024 at 0.25 become 64 / 128 / 256), so a miniature keeps each row's ratio to base;
+  `depth_scale` does the same for the number of layers (rows C keep their order).
   """
   cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
          f"--workdir={os.path.join(workdir, row)}"]
@@ -64,11 +68,14 @@ def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | Non
   for key, value in sets.items():
     if key not in ablation_keys:
       cmd += ["--set", f"{key}={value}"]
-  if width_scale:
+  scaled = [(key, width_scale) for key in WIDTHS] if width_scale else []
+  scaled += [("num_layers", depth_scale)] if depth_scale else []
+  if scaled:
     from experiments import get
     m = get(row).model
-    for key in WIDTHS:
-      cmd += ["--set", f"model.{key}={max(1, round(getattr(m, key) * width_scale))}"]
+    for key, scale in scaled:
+      # round-half-up: N=2/4/6/8 at 0.5 must stay four distinct depths 1/2/3/4
+      cmd += ["--set", f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}"]
   return cmd
 
 
@@ -193,26 +200,29 @@ def main(argv: list[str]) -> None:
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  if FLAGS.width_scale is not None:
-    clash = [k for k in sets if k in {f"model.{w}" for w in WIDTHS}]
-    if FLAGS.width_scale <= 0 or clash:
-      print(f"error: --width_scale must be > 0 and excludes --set of {', '.join(WIDTHS)}"
-            f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
-      sys.exit(2)
+  for flag, keys in (("width_scale", WIDTHS), ("depth_scale", ("num_layers",))):
+    if FLAGS[flag].value is not None:
+      clash = [k for k in sets if k in {f"model.{w}" for w in keys}]
+      if FLAGS[flag].value <= 0 or clash:
+        print(f"error: --{flag} must be > 0 and excludes --set of {', '.join(keys)}"
+              f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
+        sys.exit(2)
   workdir = os.path.abspath(FLAGS.workdir)
   commands = {row: row_command(row, workdir, sets, FLAGS.dataset, spec[1],
-                               FLAGS.width_scale)
+                               FLAGS.width_scale, FLAGS.depth_scale)
               for row, spec in rows.items()}
   if FLAGS.print_commands:
     for cmd in commands.values():
       print(" ".join(shlex.quote(c) for c in ["python"] + cmd[1:]))
     return
   os.makedirs(workdir, exist_ok=True)
+  paths = None  # the report as last written, if nothing changed since
   if not FLAGS.report_only:
     for i, (row, cmd) in enumerate(commands.items(), 1):
       if row_result(os.path.join(workdir, row)) is not None:
         print(f"[{i}/{len(commands)}] {row}: finished, skipped", flush=True)
         continue
+      paths = None
       print(f"[{i}/{len(commands)}] {row}: {' '.join(shlex.quote(c) for c in cmd[1:])}",
             flush=True)
       start = time.time()
@@ -226,8 +236,8 @@ def main(argv: list[str]) -> None:
         print(f"sweep stopped during {row}; run the same command to resume", flush=True)
         break
       print(f"[{i}/{len(commands)}] {row}: done in {time.time() - start:.0f}s", flush=True)
-      write_report(workdir, FLAGS.sweep, rows)  # the table so far, should the sweep stop
-  for path in write_report(workdir, FLAGS.sweep, rows):
+      paths = write_report(workdir, FLAGS.sweep, rows)  # the table so far, should it stop
+  for path in paths or write_report(workdir, FLAGS.sweep, rows):
     print(f"wrote {path}")
 
 

@@ -33,13 +33,17 @@ def test_print_commands_gives_one_launch_command_per_row_and_the_row_change_wins
   assert not (tmp_path / "table3_base").exists()
 
 
-def test_width_scale_keeps_each_rows_ratio_to_base(tmp_path):
+def test_width_and_depth_scale_keep_each_rows_ratio_to_base(tmp_path):
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
-          "--rows=table3_base,table3_c_d256,table3_b_dk16,table3_big", "--width_scale=0.25",
-          "--set", "train.steps=7", "--print_commands"]
+          "--rows=table3_base,table3_c_d256,table3_b_dk16,table3_big,table3_c_n2,table3_c_n8",
+          "--width_scale=0.25", "--depth_scale=0.5", "--set", "train.steps=7",
+          "--print_commands"]
   r = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
-  base, d256, dk16, big = r.stdout.strip().splitlines()
+  base, d256, dk16, big, n2, n8 = r.stdout.strip().splitlines()
+  # Paper depths 6 (base, big), 2 and 8 (C): halved they stay distinct and ordered.
+  assert "model.num_layers=3" in base and "model.num_layers=3" in big
+  assert "model.num_layers=1" in n2 and "model.num_layers=4" in n8
   # Paper: base d512/ff2048/dk64; (C) d256 with d_k 32; (B) d_k 16; big d1024/ff4096.
   assert all(f"model.{k}" in base for k in ("d_model=128", "d_ff=512", "d_k=16", "d_v=16"))
   assert "model.d_model=64" in d256 and "model.d_k=8" in d256
@@ -47,9 +51,10 @@ def test_width_scale_keeps_each_rows_ratio_to_base(tmp_path):
   assert "model.d_model=256" in big and "model.d_ff=1024" in big
   # big's 300k steps are its schedule, not its ablation: the miniature's steps reach it too.
   assert "train.steps=7" in big and "train.steps=7" in base
-  r = subprocess.run(args + ["--set", "model.d_model=64"], cwd=REPO, capture_output=True,
-                     text=True, timeout=300)
-  assert r.returncode == 2 and "excludes --set" in r.stderr
+  for clash in ("model.d_model=64", "model.num_layers=2"):
+    r = subprocess.run(args + ["--set", clash], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "excludes --set" in r.stderr
 
 
 def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
