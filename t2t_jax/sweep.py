@@ -144,19 +144,28 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
 
 
 def _chart(table: list[dict], path: str) -> None:
+  """Each row against base, ours next to the paper's: a miniature's absolute numbers are on
+  another scale from the paper's, but the direction and size of each change compare."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   names = [t["experiment"].replace("table3_", "") for t in table]
+  base = next((t for t in table if t["experiment"].endswith("_base")), table[0])
   x = range(len(table))
+  nan = float("nan")
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(table)), 7), sharex=True)
-  for ax, key, label in ((top, "dev_bleu", "dev BLEU"), (bottom, "dev_ppl", "dev PPL")):
-    ours = [t[key] if t[key] is not None else float("nan") for t in table]
-    paper = [t[f"paper_{key}"] for t in table]
-    ax.bar([i - 0.2 for i in x], ours, width=0.4, label="ours")
-    ax.bar([i + 0.2 for i in x], paper, width=0.4, label="paper")
+  panels = ((top, "dev_bleu", "dev BLEU - base's", lambda v, b: v - b, 0.0),
+            (bottom, "dev_ppl", "dev PPL / base's", lambda v, b: v / b, 1.0))
+  for ax, key, label, rel, level in panels:
+    for offset, prefix, name in ((-0.2, "", "ours"), (0.2, "paper_", "paper")):
+      b = base[prefix + key]
+      ax.bar([i + offset for i in x],
+             [rel(t[prefix + key], b) if t[prefix + key] is not None and b else nan
+              for t in table], width=0.4, label=name)
+    ax.axhline(level, color="gray", linewidth=0.8)
     ax.set_ylabel(label)
     ax.legend()
+  bottom.set_ylim(bottom=0)
   bottom.set_xticks(list(x))
   bottom.set_xticklabels(names, rotation=60, ha="right")
   fig.tight_layout()
