@@ -38,7 +38,9 @@ flags.DEFINE_float("width_scale", None, "Miniature: multiply every row's own wid
 flags.DEFINE_float("depth_scale", None, "Miniature: multiply every row's own num_layers by this "
                    "factor (rounded, at least 1), so N=2/4/6/8 at 0.5 become 1/2/3/4.")
 
-WIDTHS = ("d_model", "d_ff", "d_k", "d_v")
+# The model fields each miniature flag scales.
+SCALED_FIELDS = {"width_scale": ("d_model", "d_ff", "d_k", "d_v"),
+                 "depth_scale": ("num_layers",)}
 
 
 def sweep_rows(name: str) -> dict[str, tuple]:
@@ -50,13 +52,12 @@ def sweep_rows(name: str) -> dict[str, tuple]:
 
 
 def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | None,
-                changes: dict, width_scale: float | None = None,
-                depth_scale: float | None = None) -> list[str]:
+                changes: dict, scales: dict[str, float] | None = None) -> list[str]:
   """The training command of one row: the sweep's overrides, then the row's own.
 
-  With `width_scale`, the row's own widths are scaled (Table 3's d_model 256 / 512 /
-  1024 at 0.25 become 64 / 128 / 256), so a miniature keeps each row's ratio to base;
-  `depth_scale` does the same for the number of layers (rows C keep their order).
+  `scales` (model field -> factor) scales the row's own values, so a miniature keeps each
+  row's ratio to base: Table 3's d_model 256 / 512 / 1024 at 0.25 become 64 / 128 / 256,
+  its N=2/4/6/8 at 0.5 become 1/2/3/4.
   """
   cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
          f"--workdir={os.path.join(workdir, row)}"]
@@ -68,12 +69,10 @@ def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | Non
   for key, value in sets.items():
     if key not in ablation_keys:
       cmd += ["--set", f"{key}={value}"]
-  scaled = [(key, width_scale) for key in WIDTHS] if width_scale else []
-  scaled += [("num_layers", depth_scale)] if depth_scale else []
-  if scaled:
+  if scales:
     from experiments import get
     m = get(row).model
-    for key, scale in scaled:
+    for key, scale in scales.items():
       # round-half-up: N=2/4/6/8 at 0.5 must stay four distinct depths 1/2/3/4
       cmd += ["--set", f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}"]
   return cmd
@@ -209,16 +208,19 @@ def main(argv: list[str]) -> None:
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  for flag, keys in (("width_scale", WIDTHS), ("depth_scale", ("num_layers",))):
-    if FLAGS[flag].value is not None:
-      clash = [k for k in sets if k in {f"model.{w}" for w in keys}]
-      if FLAGS[flag].value <= 0 or clash:
-        print(f"error: --{flag} must be > 0 and excludes --set of {', '.join(keys)}"
-              f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
-        sys.exit(2)
+  scales: dict[str, float] = {}
+  for flag, fields in SCALED_FIELDS.items():
+    factor = FLAGS[flag].value
+    if factor is None:
+      continue
+    clash = [f"model.{f}" for f in fields if f"model.{f}" in sets]
+    if factor <= 0 or clash:
+      print(f"error: --{flag} must be > 0 and excludes --set of {', '.join(fields)}"
+            f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
+      sys.exit(2)
+    scales.update(dict.fromkeys(fields, factor))
   workdir = os.path.abspath(FLAGS.workdir)
-  commands = {row: row_command(row, workdir, sets, FLAGS.dataset, spec[1],
-                               FLAGS.width_scale, FLAGS.depth_scale)
+  commands = {row: row_command(row, workdir, sets, FLAGS.dataset, spec[1], scales)
               for row, spec in rows.items()}
   if FLAGS.print_commands:
     for cmd in commands.values():
