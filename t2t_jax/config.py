@@ -63,6 +63,9 @@ class TrainConfig:
   adam_b2: float = 0.98
   adam_eps: float = 1e-9
   learning_rate_scale: float = 1.0  # multiplies the paper's schedule (1.0 = paper)
+  # 0 = the paper's schedule. N > 0: the rate also falls linearly to 0 over the last N of
+  # `steps` (for runs whose length is fixed in advance, e.g. by a time budget).
+  cooldown_steps: int = 0
   checkpoint_every_steps: int = 5000
   checkpoint_every_minutes: float = 10.0
   keep_checkpoints: int = 20
@@ -235,6 +238,9 @@ def validate(cfg: ExperimentConfig) -> None:
   for key, value in positive.items():
     if value <= 0:
       raise ConfigError(f"{key}: must be positive, got {value}")
+  if not 0 <= t.cooldown_steps <= t.steps:
+    raise ConfigError(f"train.cooldown_steps: must be between 0 and train.steps ({t.steps}), "
+                      f"got {t.cooldown_steps}")
   for key, value in {"model.dropout": m.dropout,
                      "model.label_smoothing": m.label_smoothing}.items():
     if not 0.0 <= value < 1.0:

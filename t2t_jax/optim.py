@@ -1,4 +1,5 @@
-"""The paper's optimiser (section 5.3): Adam(0.9, 0.98, 1e-9) with warmup + inverse square root."""
+"""The paper's optimiser (section 5.3): Adam(0.9, 0.98, 1e-9) with warmup + inverse square root
+(optionally with a linear cooldown to zero at the last step)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,26 @@ import optax
 from t2t_jax.config import ExperimentConfig
 
 
-def learning_rate(step, d_model: int, warmup_steps: int, scale: float = 1.0):
-  """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
+def learning_rate(step, d_model: int, warmup_steps: int, scale: float = 1.0,
+                  total_steps: int = 0, cooldown_steps: int = 0):
+  """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1.
+
+  With `cooldown_steps` > 0 the paper's rate is also multiplied by a linear ramp
+  that falls to 0 at update `total_steps` (a deviation for budgeted runs: a run of
+  known length ends at a low rate instead of stopping mid-descent).
+  """
   step = jnp.maximum(jnp.asarray(step, jnp.float32), 1.0)
-  return scale * d_model ** -0.5 * jnp.minimum(step ** -0.5, step * warmup_steps ** -1.5)
+  lr = scale * d_model ** -0.5 * jnp.minimum(step ** -0.5, step * warmup_steps ** -1.5)
+  if cooldown_steps > 0:
+    lr = lr * jnp.clip((total_steps - step) / cooldown_steps, 0.0, 1.0)
+  return lr
 
 
 def schedule(cfg: ExperimentConfig) -> Callable:
   """optax counts updates from 0; update number n (1-based) uses lrate(n)."""
-  return lambda count: learning_rate(count + 1, cfg.model.d_model, cfg.train.warmup_steps,
-                                     cfg.train.learning_rate_scale)
+  t = cfg.train
+  return lambda count: learning_rate(count + 1, cfg.model.d_model, t.warmup_steps,
+                                     t.learning_rate_scale, t.steps, t.cooldown_steps)
 
 
 def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:

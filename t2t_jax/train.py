@@ -383,6 +383,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           if budget_spent:
             print(f"time budget of {t.max_train_minutes:g} min reached at step {step}",
                   flush=True)
+            if t.cooldown_steps and step < t.steps:
+              print(f"warning: the learning-rate cooldown to 0 at step {t.steps} did not "
+                    f"finish (lr {values['learning_rate']:.2e}); lower train.steps so the run "
+                    f"fits the budget on this machine", flush=True)
           print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
                 f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
                 f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)

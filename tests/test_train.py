@@ -44,6 +44,18 @@ def test_schedule_is_the_papers(step, expected):
   assert float(optim.schedule(cfg)(step - 1)) == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.parametrize("step, ramp", [(599, 1.0), (600, 1.0), (700, 0.75), (950, 0.125),
+                                         (1000, 0.0), (1200, 0.0)])
+def test_cooldown_falls_linearly_to_zero_at_the_last_step(step, ramp):
+  # steps 1000, cooldown over the last 400: the paper's rate times (1000 - step) / 400.
+  paper = 256 ** -0.5 * min(step ** -0.5, step * 200 ** -1.5)
+  got = optim.learning_rate(step, 256, 200, total_steps=1000, cooldown_steps=400)
+  assert float(got) == pytest.approx(paper * ramp, rel=1e-5, abs=1e-12)
+  cfg = override(experiments.get("base_ende"), {"model.d_model": 256, "train.warmup_steps": 200,
+                                                "train.steps": 1000, "train.cooldown_steps": 400})
+  assert float(optim.schedule(cfg)(step - 1)) == pytest.approx(paper * ramp, rel=1e-5, abs=1e-12)
+
+
 def test_label_smoothed_loss_matches_hand_computation():
   logits = jnp.log(jnp.array([[[0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]]))
   targets = jnp.array([[1, 0]])  # token 1, then padding (PAD = 0)
