@@ -326,9 +326,14 @@ class Transformer(nn.Module):
 
 
 def init_params(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -> Any:
-  """Initialises parameters with dummy shapes (the model is shape-polymorphic)."""
+  """Initialises parameters with dummy shapes (the model is shape-polymorphic).
+
+  Jitted: run op by op, the dummy forward pass compiles each small op on its own
+  (seconds of start-up on CPU).
+  """
   tokens = jnp.ones((batch, length), jnp.int32)
-  return Transformer(cfg).init({"params": rng}, tokens, tokens, train=False)["params"]
+  init = lambda r: Transformer(cfg).init({"params": r}, tokens, tokens, train=False)["params"]
+  return jax.jit(init)(rng)
 
 
 def abstract_params(cfg: ModelConfig) -> Any:

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any
@@ -148,7 +149,7 @@ def step_rng(seed: int, step: int) -> jax.Array:
 
 
 class MetricsLog:
-  """WORKDIR/metrics.jsonl (one object per logged step) plus TensorBoard via clu."""
+  """WORKDIR/metrics.jsonl (one object per logged step) plus the same scalars for TensorBoard."""
 
   def __init__(self, workdir: str, resume_step: int, enabled: bool):
     self.path = os.path.join(workdir, "metrics.jsonl")
@@ -164,17 +165,32 @@ class MetricsLog:
       with open(self.path + ".tmp", "w") as f:
         f.writelines(kept)
       os.replace(self.path + ".tmp", self.path)
-    from clu import metric_writers
-    self.writer = metric_writers.create_default_writer(
-        os.path.join(workdir, "tensorboard"), just_logging=False, asynchronous=False)
+    # TensorBoard's record format written directly: clu's writer (and TensorBoard's own
+    # EventFileWriter) import TensorFlow, 4 s of every start.
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    logdir = os.path.join(workdir, "tensorboard")
+    os.makedirs(logdir, exist_ok=True)
+    name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}"
+    self.writer = RecordWriter(open(os.path.join(logdir, name), "ab"))
+    self._write_event(file_version="brain.Event:2")
 
   def write(self, step: int, values: dict[str, float]) -> None:
     if not self.enabled:
       return
     with open(self.path, "a") as f:
       f.write(json.dumps({"step": step, **values}) + "\n")
-    self.writer.write_scalars(step, {k: v for k, v in values.items() if k != "step"})
+    from tensorboard.compat.proto import summary_pb2
+    self._write_event(step=step, summary=summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]))
+
+  def _write_event(self, **fields) -> None:
+    from tensorboard.compat.proto import event_pb2
+    self.writer.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
     self.writer.flush()
+
+  def close(self) -> None:
+    if self.enabled:
+      self.writer.close()
 
 
 def _fmt_time(seconds: float) -> str:
@@ -407,6 +423,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:
     ckpt.close()
+    metrics_log.close()
   host = parallel.unreplicate(state)
   return host, stop.signal_name, int(host.step) >= t.steps or budget_spent
 
