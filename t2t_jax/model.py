@@ -325,20 +325,23 @@ class Transformer(nn.Module):
     return self.decode(self.encode(inputs, train), inputs, decoder_inputs, train)
 
 
+def _init(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -> Any:
+  tokens = jnp.ones((batch, length), jnp.int32)
+  return Transformer(cfg).init({"params": rng}, tokens, tokens, train=False)["params"]
+
+
 def init_params(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -> Any:
   """Initialises parameters with dummy shapes (the model is shape-polymorphic).
 
   Jitted: run op by op, the dummy forward pass compiles each small op on its own
   (seconds of start-up on CPU).
   """
-  tokens = jnp.ones((batch, length), jnp.int32)
-  init = lambda r: Transformer(cfg).init({"params": r}, tokens, tokens, train=False)["params"]
-  return jax.jit(init)(rng)
+  return jax.jit(_init, static_argnums=(0, 2, 3))(cfg, rng, batch, length)
 
 
 def abstract_params(cfg: ModelConfig) -> Any:
   """Parameter shapes without allocating or computing anything (fast for big models)."""
-  return jax.eval_shape(lambda rng: init_params(cfg, rng), jax.random.PRNGKey(0))
+  return jax.eval_shape(lambda rng: _init(cfg, rng), jax.random.PRNGKey(0))
 
 
 def count_params(tree: Any) -> int:
