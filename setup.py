@@ -20,7 +20,6 @@ setup(
         "sacrebleu>=2.4",
         "sacremoses>=0.1",
         "absl-py>=2.0",
-        "clu>=0.0.12",
         "tensorboard>=2.16",
         "matplotlib>=3.8",
         "tqdm>=4.66",
