@@ -151,6 +151,33 @@ def test_dropout_is_inverted_and_uses_the_rate():
   assert abs(float(y.mean()) - 1.0) < 0.01  # expectation preserved
 
 
+def test_dropout_masks_are_independent_across_keys_and_neighbours():
+  a = np.asarray(model.dropout_keep_mask(jax.random.PRNGKey(0), (400, 500), 0.5), np.float64)
+  b = np.asarray(model.dropout_keep_mask(jax.random.PRNGKey(1), (400, 500), 0.5), np.float64)
+  again = np.asarray(model.dropout_keep_mask(jax.random.PRNGKey(0), (400, 500), 0.5))
+  assert (again == a).all()  # a pure function of the key: resumed runs replay it
+  # For independent fair coins the correlation is ~N(0, 1/n): |r| < 5/sqrt(n) is a 5-sigma bound.
+  bound = 5 / np.sqrt(a.size)
+  assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < bound
+  assert abs(np.corrcoef(a[:, :-1].ravel(), a[:, 1:].ravel())[0, 1]) < bound  # along a row
+  assert abs(np.corrcoef(a[:-1].ravel(), a[1:].ravel())[0, 1]) < bound        # across rows
+  assert abs(a.mean() - 0.5) < bound / 2
+
+
+def test_tied_logits_gradient_matches_the_plain_product():
+  rng = np.random.default_rng(5)
+  y = jnp.asarray(rng.normal(size=(2, 3, 8)), jnp.float32)
+  emb = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
+  g = jnp.asarray(rng.normal(size=(2, 3, 11)), jnp.float32)
+  plain = lambda y, e: jnp.sum(jnp.einsum("bld,vd->blv", y, e) * g)
+  tied = lambda y, e: jnp.sum(model.tied_logits(y, e, jnp.float32) * g)
+  np.testing.assert_allclose(tied(y, emb), plain(y, emb), rtol=1e-5)
+  # d/dy = g @ E and d/dE = g^T y, written out with numpy.
+  dy, de = jax.grad(tied, argnums=(0, 1))(y, emb)
+  np.testing.assert_allclose(dy, np.einsum("blv,vd->bld", g, emb), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(de, np.einsum("blv,bld->vd", g, y), rtol=1e-4, atol=1e-5)
+
+
 def test_bfloat16_compute_stays_close_to_float32():
   params = _params(TINY)
   rng = np.random.default_rng(3)
