@@ -206,11 +206,14 @@ def _dense_dots(m, src_tokens: int, tgt_tokens: int) -> list[tuple[str, int, int
 def run_profile(workload: str | None) -> None:
   """Where one train step's time goes, as a cost table by kind of operation.
 
-  XLA:CPU's profiler does not record per-op events, so each part is timed on its
-  own at the step's real shapes: the full step, the step without dropout,
-  forward only, forward + backward, the optimiser update, the loss, every
-  projection matmul (forward, input gradient, weight gradient), and the
-  attention cores. One JSON line per part, with its share of the full step.
+  Each part is timed on its own at the step's real shapes: the full step, the
+  step without dropout, forward only, forward + backward, the optimiser update,
+  the loss, every projection matmul (forward, input gradient, weight gradient),
+  and the attention cores. One JSON line per part, with its share of the full
+  step. Then the trainer's step is traced with `jax.profiler` and its most
+  expensive XLA ops are listed with the JAX operation each came from
+  (`"part": "xla op ..."`): the table says what kind of work costs, the ops say
+  which instruction to look at.
   """
   import jax
   import jax.numpy as jnp
@@ -230,6 +233,7 @@ def run_profile(workload: str | None) -> None:
   optimizer = optim.make_optimizer(cfg)
   state = train.init_state(cfg, optimizer)
   key = jax.random.PRNGKey(1)
+  traced = []  # (run one step, its optimised HLO) of each full step timed
 
   def timed(fn, *args) -> float:
     jax.block_until_ready(fn(*args))
@@ -246,6 +250,7 @@ def run_profile(workload: str | None) -> None:
       box[0], metrics = p_train(box[0], b, r)
       return metrics
     jax.block_until_ready(one())
+    traced.append((one, p_train.lower(box[0], b, r).compile().as_text()))
     return timed(one)
 
   def loss_fn(c):
@@ -296,6 +301,45 @@ def run_profile(workload: str | None) -> None:
   for name, seconds in parts:
     _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": name,
            "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3)})
+  run_step, hlo = traced[0]
+  for op, seconds, origin in xla_op_times(run_step, hlo, steps=FLAGS.repeats)[:15]:
+    _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": f"xla op {op}",
+           "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3),
+           "from": origin})
+
+
+def xla_op_times(run, hlo_text: str, steps: int) -> list[tuple[str, float, str]]:
+  """(HLO instruction, seconds per call of `run`, JAX operation it came from), costliest first.
+
+  From a `jax.profiler` trace of `steps` calls: XLA:CPU records one event per
+  executed instruction on its worker threads. Times are summed over threads, so
+  instructions that ran side by side can add up to more than the step.
+  """
+  import collections
+  import glob
+  import re
+  import tempfile
+  import jax
+  from jax.profiler import ProfileData
+  origin = {}
+  for line in hlo_text.splitlines():
+    found = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', line)
+    if found:
+      name = re.sub(r"^(jit|pmap)\([^)]*\)/", "", found.group(2))
+      origin[found.group(1)] = name if len(name) <= 110 else "..." + name[-107:]
+  totals: collections.Counter = collections.Counter()
+  with tempfile.TemporaryDirectory() as tmp:
+    with jax.profiler.trace(tmp):
+      for _ in range(steps):
+        jax.block_until_ready(run())
+    paths = glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)
+    data = ProfileData.from_file(paths[0]) if paths else None
+  for plane in (data.planes if data else []):
+    for line in plane.lines:
+      for event in line.events:
+        if event.name in origin:
+          totals[event.name] += event.duration_ns
+  return [(op, ns * 1e-9 / steps, origin[op]) for op, ns in totals.most_common()]
 
 
 def run_decode(workload: str | None) -> None:
