@@ -233,7 +233,7 @@ def run_profile(workload: str | None) -> None:
   optimizer = optim.make_optimizer(cfg)
   state = train.init_state(cfg, optimizer)
   key = jax.random.PRNGKey(1)
-  traced = []  # (run one step, its optimised HLO) of each full step timed
+  traced = []  # (run one step, its optimised HLO on demand) of each full step timed
 
   def timed(fn, *args) -> float:
     jax.block_until_ready(fn(*args))
@@ -250,7 +250,8 @@ def run_profile(workload: str | None) -> None:
       box[0], metrics = p_train(box[0], b, r)
       return metrics
     jax.block_until_ready(one())
-    traced.append((one, p_train.lower(box[0], b, r).compile().as_text()))
+    # Compiling the HLO text costs a second compilation: only the traced step's is asked for.
+    traced.append((one, lambda: p_train.lower(box[0], b, r).compile().as_text()))
     return timed(one)
 
   def loss_fn(c):
@@ -302,7 +303,7 @@ def run_profile(workload: str | None) -> None:
     _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": name,
            "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3)})
   run_step, hlo = traced[0]
-  for op, seconds, origin in xla_op_times(run_step, hlo, steps=FLAGS.repeats)[:15]:
+  for op, seconds, origin in xla_op_times(run_step, hlo(), steps=FLAGS.repeats)[:15]:
     _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": f"xla op {op}",
            "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3),
            "from": origin})
@@ -333,8 +334,11 @@ def xla_op_times(run, hlo_text: str, steps: int) -> list[tuple[str, float, str]]
       for _ in range(steps):
         jax.block_until_ready(run())
     paths = glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)
-    data = ProfileData.from_file(paths[0]) if paths else None
-  for plane in (data.planes if data else []):
+    if not paths:
+      _log("profile: jax.profiler wrote no trace, so no per-op times")
+      return []
+    data = ProfileData.from_file(paths[0])
+  for plane in data.planes:
     for line in plane.lines:
       for event in line.events:
         if event.name in origin:

@@ -90,7 +90,7 @@ def dropout_keep_mask(key: Array, shape: tuple[int, ...], rate: float) -> Array:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def tied_logits(y: Array, embedding: Array, dtype: Any) -> Array:
+def tied_logits(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
   """y [b, l, d] @ embedding[v, d]^T -> float32 logits [b, l, v]: the pre-softmax
   projection with the shared embedding matrix (section 3.4).
 
@@ -100,20 +100,17 @@ def tied_logits(y: Array, embedding: Array, dtype: Any) -> Array:
   that made this layer ~40% of a training step at vocab 8k. (y^T @ dlogits)^T
   is the same product with only the small [d, v] result transposed.
   """
-  return jnp.einsum("bld,vd->blv", y.astype(dtype), embedding.astype(dtype),
-                    preferred_element_type=jnp.float32)
+  return einsum(cfg, "bld,vd->blv", y, embedding)
 
 
-def _tied_logits_fwd(y, embedding, dtype):
-  return tied_logits(y, embedding, dtype), (y, embedding)
+def _tied_logits_fwd(y, embedding, cfg):
+  return tied_logits(y, embedding, cfg), (y, embedding)
 
 
-def _tied_logits_bwd(dtype, residuals, g):
+def _tied_logits_bwd(cfg, residuals, g):
   y, embedding = residuals
-  g = g.astype(dtype)
-  dy = jnp.einsum("blv,vd->bld", g, embedding.astype(dtype), preferred_element_type=jnp.float32)
-  d_embedding = jnp.einsum("bld,blv->dv", y.astype(dtype), g,
-                           preferred_element_type=jnp.float32).T
+  dy = einsum(cfg, "blv,vd->bld", g, embedding)
+  d_embedding = einsum(cfg, "bld,blv->dv", y, g).T
   return dy.astype(y.dtype), d_embedding.astype(embedding.dtype)
 
 
@@ -359,7 +356,7 @@ class Transformer(nn.Module):
 
   def logits(self, y: Array) -> Array:
     """Pre-softmax projection with the shared embedding matrix (section 3.4)."""
-    return tied_logits(y, self.embed.embedding, _compute_dtype(self.cfg))
+    return tied_logits(y, self.embed.embedding, self.cfg)
 
   def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
     """Teacher-forced logits for `targets` (which end in EOS, padded with PAD)."""

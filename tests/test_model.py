@@ -170,7 +170,7 @@ def test_tied_logits_gradient_matches_the_plain_product():
   emb = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(2, 3, 11)), jnp.float32)
   plain = lambda y, e: jnp.sum(jnp.einsum("bld,vd->blv", y, e) * g)
-  tied = lambda y, e: jnp.sum(model.tied_logits(y, e, jnp.float32) * g)
+  tied = lambda y, e: jnp.sum(model.tied_logits(y, e, TINY) * g)
   np.testing.assert_allclose(tied(y, emb), plain(y, emb), rtol=1e-5)
   # d/dy = g @ E and d/dE = g^T y, written out with numpy.
   dy, de = jax.grad(tied, argnums=(0, 1))(y, emb)
