@@ -41,6 +41,8 @@ flags.DEFINE_integer("length", None, "Train: tokens per side per sentence (defau
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (the median is reported).")
 flags.DEFINE_string("dataset", None, "Input: the data source (default: the experiment's).")
 flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
+flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config field of the "
+                          "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
 flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
 
 # The standard workloads of the performance issue: model overrides and batch shape.
@@ -97,12 +99,13 @@ def train_flops(num_layers: int, d: int, d_ff: int, vocab: int, batch: int, src_
 
 def _experiment(name: str | None, workload: str | None, dtype: str):
   from experiments import get
-  from t2t_jax.config import override
+  from t2t_jax.config import override, parse_set_flags
   cfg = get(name or "base_ende")
   sets: dict[str, Any] = {"model.dtype": dtype}
   if not name:
     sets.update({f"model.{k}": v for k, v in WORKLOADS[workload].items() if k in _MODEL})
     sets.update({"model.dropout": 0.1, "model.label_smoothing": 0.1})
+  sets.update(parse_set_flags(FLAGS.set))
   return override(cfg, sets)
 
 

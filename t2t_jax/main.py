@@ -30,6 +30,8 @@ flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_mod
                           "(repeatable).")
 flags.DEFINE_string("input", None, "translate: read sentences from this file (default stdin).")
 flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
+flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
+                    "and test splits); e.g. the dev split alone while tuning decoding.")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
 flags.DEFINE_bool("distributed", False, "train: join a multi-process job, detected from the "
@@ -64,6 +66,19 @@ def load_config(experiment: str | None, sets: list[str], dataset: str | None) ->
     cfg = override(cfg, {"data.dataset": dataset})
   validate(cfg)
   return cfg
+
+
+def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
+  """`--splits` checked against the prepared dev and test splits (default: both)."""
+  known = [cfg.data.dev_split, cfg.data.test_split]
+  if not raw:
+    return known
+  splits = [s.strip() for s in raw.split(",") if s.strip()]
+  unknown = [s for s in splits if s not in known]
+  if unknown or not splits:
+    raise UsageError(f"--splits={raw}: {', '.join(unknown) or 'no split'} is not one of this "
+                     f"experiment's evaluation splits ({', '.join(known)})")
+  return splits
 
 
 def run_params(cfg: ExperimentConfig) -> None:
@@ -114,6 +129,9 @@ def main(argv: list[str]) -> None:
   start_distributed()
   from t2t_jax import input_pipeline, train
   cfg = input_pipeline.resolve_splits(cfg)
+  if FLAGS.splits and FLAGS.mode != "eval":
+    raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
+  splits = eval_splits(cfg, FLAGS.splits)
   if FLAGS.mode != "train":
     if not os.path.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
@@ -126,7 +144,7 @@ def main(argv: list[str]) -> None:
     train.run_average(cfg, workdir)
   elif FLAGS.mode == "eval":
     from t2t_jax import evaluate
-    evaluate.run_eval(cfg, workdir, samples=3)
+    evaluate.run_eval(cfg, workdir, samples=3, splits=splits)
   elif FLAGS.mode == "translate":
     from t2t_jax import evaluate
     evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output)

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,3 +222,17 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "spent by earlier runs" in r.stdout and "training already finished" in r.stdout
   assert not (tmp_path / "checkpoints" / str(last["step"] + 1)).exists()
+
+  # `--mode=eval --splits=DEV` decodes the dev split alone (tuning never sees test); a split
+  # the experiment does not evaluate is a one-line error that leaves eval/ as it was.
+  dev = json.loads((tmp_path / "experiment.json").read_text())["config"]["data"]["dev_split"]
+  shutil.rmtree(tmp_path / "eval")
+  eval_cmd = [a if a != "--mode=train" else "--mode=eval" for a in cmd]
+  r = subprocess.run(eval_cmd + [f"--splits={dev}"], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == [f"{dev}.json"]
+  r = subprocess.run(eval_cmd + ["--splits=train"], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=600)
+  assert r.returncode == 2 and "--splits=train: train is not one of" in r.stderr, r.stderr
+  assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == [f"{dev}.json"]
