@@ -4,7 +4,8 @@ Times a PyTorch train step of the multi30k_ende model shape (3+3 layers, d_model
 4 heads, vocab 8000, post-LN, shared embeddings) on random tokens, batch x length per side:
 `python torch_step.py 128 24` in a venv with `pip install torch==2.13.0` (not a t2t_jax
 dependency). Compare `python -m t2t_jax.bench --what=train --experiment=multi30k_ende
---batch=128 --length=24 --devices=1`."""
+--batch=128 --length=24 --devices=1
+--set model.d_model=256 --set model.d_ff=1024 --set model.d_k=64 --set model.d_v=64` (the recipe is width 128 since 2026-11-24)."""
 import math, sys, time
 import torch, torch.nn as nn
 
