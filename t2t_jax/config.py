@@ -104,6 +104,11 @@ class ExperimentConfig:
   average: AverageConfig = AverageConfig()
 
 
+def evaluation_splits(cfg: ExperimentConfig) -> list[str]:
+  """The splits `--mode=eval` decodes by default and the only ones `--splits` accepts."""
+  return [cfg.data.dev_split, cfg.data.test_split]
+
+
 def final_eval_splits(cfg: ExperimentConfig) -> list[str]:
   """The splits the end of training decodes: dev, then test unless `train.final_eval_test`
   is off."""

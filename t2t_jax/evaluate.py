@@ -13,7 +13,7 @@ import time
 from typing import Any, TextIO
 
 from t2t_jax import bleu, checkpoints, decode, input_pipeline
-from t2t_jax.config import ExperimentConfig
+from t2t_jax.config import ExperimentConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
 
@@ -46,7 +46,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
   os.makedirs(out_dir, exist_ok=True)
   lang = _target_lang(cfg, ds)
   results = {}
-  for split in splits or [cfg.data.dev_split, cfg.data.test_split]:
+  for split in splits or evaluation_splits(cfg):
     sources, refs = ds.raw(split)
     start = time.time()
     print(f"decoding {split}: {len(sources)} sentences (beam {cfg.decode.beam_size}, "

@@ -15,8 +15,8 @@ import sys
 from absl import app, flags, logging
 
 from t2t_jax.errors import UserError
-from t2t_jax.config import (ExperimentConfig, final_eval_splits, override, parse_set_flags,
-                            validate)
+from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
+                            parse_set_flags, validate)
 
 MODES = ("train", "eval", "translate", "average", "attention", "params")
 
@@ -70,7 +70,7 @@ def load_config(experiment: str | None, sets: list[str], dataset: str | None) ->
 
 def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
   """`--splits` checked against the prepared dev and test splits (default: both)."""
-  known = [cfg.data.dev_split, cfg.data.test_split]
+  known = evaluation_splits(cfg)
   if not raw:
     return known
   splits = [s.strip() for s in raw.split(",") if s.strip()]
