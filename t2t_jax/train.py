@@ -54,19 +54,62 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
 
   Smoothing (section 5.4): the true token gets 1 - eps, the other V - 1 tokens
   eps / (V - 1) each. The constant entropy of that distribution is subtracted
-  so a perfect model scores 0. One-hot form: faster than a gather on XLA:CPU.
+  so a perfect model scores 0.
   """
   vocab = logits.shape[-1]
+  smoothed, target_logp = _token_losses(logits.astype(jnp.float32), targets, label_smoothing)
   confidence = 1.0 - label_smoothing
   low = label_smoothing / (vocab - 1)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-  target_logp = jnp.sum(jax.nn.one_hot(targets, vocab, dtype=logp.dtype) * logp, axis=-1)
-  smoothed = -(confidence - low) * target_logp - low * jnp.sum(logp, axis=-1)
   entropy = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low)) \
       if label_smoothing > 0 else 0.0
   weights = (targets != PAD_ID).astype(jnp.float32)
   return (jnp.sum((smoothed - entropy) * weights), -jnp.sum(target_logp * weights),
           jnp.sum(weights))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
+                  ) -> tuple[jax.Array, jax.Array]:
+  """Per token: (smoothed cross-entropy, log p(target)) from float32 logits [..., V].
+
+  A custom gradient because the output layer is over a third of a small model's
+  step and autodiff of log_softmax makes several passes over [tokens, V]; the
+  gradient of the smoothed loss is just softmax - q (q the smoothed target), one
+  fused pass. Forward keeps only the log-normaliser, not log-probabilities.
+  """
+  return _token_losses_fwd(logits, targets, label_smoothing)[0]
+
+
+def _token_losses_fwd(logits, targets, label_smoothing):
+  vocab = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1)
+  top = jnp.max(logits, axis=-1)
+  lse = top + jnp.log(jnp.sum(jnp.exp(logits - top[..., None]), axis=-1))
+  # One-hot form: faster than a gather on XLA:CPU.
+  target_logp = jnp.sum(jax.nn.one_hot(targets, vocab, dtype=logits.dtype) * logits,
+                        axis=-1) - lse
+  sum_logp = jnp.sum(logits, axis=-1) - vocab * lse
+  smoothed = -(confidence - low) * target_logp - low * sum_logp
+  return (smoothed, target_logp), (logits, lse, targets)
+
+
+def _token_losses_bwd(label_smoothing, residuals, cotangents):
+  logits, lse, targets = residuals
+  g_smoothed, g_target = (c[..., None] for c in cotangents)
+  vocab = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1)
+  probs = jnp.exp(logits - lse[..., None])
+  one_hot = jax.nn.one_hot(targets, vocab, dtype=logits.dtype)
+  # d smoothed = p - q with q = (confidence - low) one_hot + low (it sums to 1);
+  # d log p(target) = one_hot - p.
+  grad = ((g_smoothed - g_target) * probs
+          + (g_target - g_smoothed * (confidence - low)) * one_hot - g_smoothed * low)
+  return grad, None
+
+
+_token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,

@@ -20,7 +20,7 @@ import pytest
 import experiments
 from t2t_jax import checkpoints, optim, parallel, train
 from t2t_jax.config import override
-from t2t_jax.special_tokens import EOS_ID
+from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_SETS = {"model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2,
@@ -66,6 +66,33 @@ def test_label_smoothed_loss_matches_hand_computation():
   # q = (0.1, 0.7, 0.1, 0.1) equals the smoothed target, so the KL form is 0.
   assert float(smoothed) == pytest.approx(0.0, abs=1e-6)
   assert float(train.loss_sums(logits, targets, 0.0)[0]) == pytest.approx(-np.log(0.7), abs=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_gradient_matches_autodiff_of_the_textbook_formula(eps):
+  # The loss has a hand-written gradient (softmax - q); autodiff of the plain
+  # log_softmax formula is the independent reference, for both outputs.
+  rng = np.random.default_rng(0)
+  vocab = 11
+  logits = jnp.asarray(rng.normal(size=(2, 5, vocab)) * 3, jnp.float32)
+  targets = jnp.asarray(rng.integers(1, vocab, size=(2, 5)), jnp.int32).at[1, 3:].set(PAD_ID)
+
+  def reference(lg):
+    logp = jax.nn.log_softmax(lg)
+    q = jax.nn.one_hot(targets, vocab) * (1 - eps - eps / (vocab - 1)) + eps / (vocab - 1)
+    w = (targets != PAD_ID).astype(jnp.float32)
+    ce = -jnp.sum(q * logp, axis=-1)
+    entropy = -jnp.sum(jnp.where(q > 0, q * jnp.log(q), 0.0), axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    return jnp.sum((ce - entropy) * w), jnp.sum(nll * w)
+
+  ours = lambda lg: train.loss_sums(lg, targets, eps)[:2]
+  for pick in (0, 1):  # smoothed loss, then NLL
+    mix = lambda f: (lambda lg: f(lg)[pick] + 0.5 * f(lg)[1 - pick])
+    np.testing.assert_allclose(jax.grad(mix(ours))(logits), jax.grad(mix(reference))(logits),
+                               atol=1e-6)
+  np.testing.assert_allclose(ours(logits), reference(logits), rtol=1e-5)
+  assert float(jnp.abs(jax.grad(mix(ours))(logits)[1, 3:]).max()) == 0.0  # padding
 
 
 def _random_batch(rng, rows, length, vocab):
