@@ -221,3 +221,55 @@ def test_demo_corpus_is_deterministic_and_structured():
     assert t.split()[0] in {"lo", "la", "los", "las", "un", "una", "unos", "unas"}
   vocab = {w for line in src + tgt for w in line.replace(".", "").split()}
   assert 300 <= len(vocab) <= 1500
+
+
+# --- BPE-dropout -----------------------------------------------------------------------
+
+
+def _epoch_rows(ds, steps, tokens_per_step):
+  """Counter of (source ids, target ids) rows over `steps`, checking each step's budget."""
+  rows = collections.Counter()
+  for step in steps:
+    batch = ds.batch(step)
+    step_rows = _rows(batch)
+    assert len(step_rows) * batch["inputs"].shape[-1] <= tokens_per_step
+    rows.update(step_rows)
+  return rows
+
+
+def test_bpe_dropout_resegments_every_epoch_but_keeps_every_pair_and_its_text(multi30k):
+  cfg, _, fixed = multi30k
+  ds = input_pipeline.Dataset(override(cfg, {"data.bpe_dropout": 0.1}), fixed.directory, 1)
+  budget = cfg.train.tokens_per_step
+  epochs = [range(ds.epoch_start(e), ds.epoch_start(e + 1)) for e in (0, 1)]
+  assert len(epochs[0]) == ds.steps_per_epoch
+  fixed_ids = _epoch_rows(fixed, range(fixed.steps_per_epoch), budget)
+  ids = [_epoch_rows(ds, steps, budget) for steps in epochs]
+  # Each epoch holds every training pair once, with the original text...
+  def text(rows):
+    out = collections.Counter()
+    for (s, t), n in rows.items():
+      out[ds.vocab.decode(s), ds.vocab.decode(t)] += n
+    return out
+
+  assert text(ids[0]) == text(fixed_ids) == text(ids[1])
+  assert sum(ids[0].values()) == sum(fixed_ids.values())
+  # ... segmented into more, shorter pieces (merges were skipped), differently each epoch.
+  tokens = lambda rows: sum(n * (len(s) + len(t)) for (s, t), n in rows.items())
+  assert tokens(ids[0]) > 1.15 * tokens(fixed_ids)
+  assert sum((ids[0] & fixed_ids).values()) < 0.5 * sum(fixed_ids.values())
+  assert sum((ids[0] & ids[1]).values()) < 0.5 * sum(fixed_ids.values())
+
+
+def test_bpe_dropout_restart_yields_the_same_batches(multi30k):
+  cfg, _, fixed = multi30k
+  cfg = override(cfg, {"data.bpe_dropout": 0.1})
+  first = input_pipeline.Dataset(cfg, fixed.directory, 1)
+  k = first.epoch_start(1) + 3
+  expected = [first.batch(step) for step in range(k, k + 3)]
+  first.vocab.encode_with_dropout(["an unrelated draw in between"], 0.5, seed=7)
+  restarted = input_pipeline.Dataset(cfg, fixed.directory, 1).train_batches(k)
+  for a in expected:
+    b = next(restarted)
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    np.testing.assert_array_equal(a["targets"], b["targets"])
