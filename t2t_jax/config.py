@@ -50,10 +50,6 @@ class DataConfig:
   bucket_growth: float = 1.1   # ... and grow by ~10%
   data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
   shuffle_buffer: int = 0      # 0 = full shuffle of each epoch
-  # BPE-dropout (Provilkov et al. 2020): every epoch re-segments the training pairs with each
-  # merge skipped at this rate, a regulariser for small corpora; 0 = the fixed segmentation.
-  # Evaluation always uses the fixed segmentation. Only for vocab_type "bpe".
-  bpe_dropout: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,11 +250,5 @@ def validate(cfg: ExperimentConfig) -> None:
                      "model.label_smoothing": m.label_smoothing}.items():
     if not 0.0 <= value < 1.0:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")
-  if not 0.0 <= cfg.data.bpe_dropout < 1.0:
-    raise ConfigError(f"data.bpe_dropout: must be in [0, 1), got {cfg.data.bpe_dropout}")
-  if cfg.data.bpe_dropout and cfg.data.vocab_type != "bpe":
-    raise ConfigError(f"data.bpe_dropout: needs data.vocab_type=bpe, got "
-                      f"{cfg.data.vocab_type!r} (BPE-dropout skips merges; other vocabularies "
-                      f"have none)")
   if m.d_model % 2:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")

@@ -15,10 +15,7 @@ lengths alone:
     accumulation micro-batches, filler rows all PAD;
   * each epoch is a fresh permutation from (seed, epoch) and the number of
     batches per epoch is fixed, so step k maps to (epoch, index) directly and a
-    restarted run yields exactly the batches an uninterrupted run yields;
-  * with `data.bpe_dropout` each epoch also re-segments the training text with a
-    seed from (seed, epoch), so its length buckets and number of batches vary;
-    a restarted run re-derives the earlier epochs' sizes and gets the same batches.
+    restarted run yields exactly the batches an uninterrupted run yields.
 """
 
 from __future__ import annotations
@@ -285,85 +282,38 @@ class Dataset:
     keep = lengths <= cfg.data.max_length
     self.num_filtered = int((~keep).sum())
     self._train_ids = np.nonzero(keep)[0]
+    self._bucket_of = np.searchsorted(self.boundaries, lengths[self._train_ids])
     # Rows per step for each bucket: the step's token budget over the bucket length.
     self._rows = np.maximum(1, cfg.train.tokens_per_step // self.boundaries)
-    if len(self._train_ids) == 0:
+    counts = np.bincount(self._bucket_of, minlength=len(self.boundaries))
+    self._batches_per_bucket = -(-counts // self._rows)
+    self.steps_per_epoch = int(self._batches_per_bucket.sum())
+    if self.steps_per_epoch == 0:
       raise DataError(f"no training pairs of at most {cfg.data.max_length} tokens")
-    self.bpe_dropout = cfg.data.bpe_dropout
-    self._train_text: tuple[list[str], list[str]] | None = None
-    self._epoch_sizes: list[int] = []  # steps of epochs 0, 1, ... (they vary with BPE-dropout)
-    self._epoch_cache: tuple[int, _Split, list[np.ndarray]] | None = None
-    self.steps_per_epoch = len(self._epoch(0)[1])
+    self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
 
   # -- training ------------------------------------------------------------
 
-  def _segmentation(self, epoch: int) -> _Split:
-    """The training split as tokenised for `epoch`: fixed, or freshly BPE-dropped."""
-    if not self.bpe_dropout:
-      return self.train
-    if self._train_text is None:
-      self._train_text = self.raw(self.cfg.data.train_split)
-    seed = int(np.random.default_rng([self.cfg.train.seed, epoch, 1]).integers(2**31))
-    sides = []
-    for text in self._train_text:
-      ids = self.vocab.encode_with_dropout(text, self.bpe_dropout, seed)
-      sides.append([np.asarray(x, np.int32) for x in ids])
-    # A pair that BPE-dropout makes longer than max_length keeps its fixed segmentation.
-    for i in np.nonzero(np.maximum([len(x) for x in sides[0]],
-                                   [len(x) for x in sides[1]]) + 1 > self.cfg.data.max_length)[0]:
-      sides[0][i], sides[1][i] = self.train.example(int(i))
-    arrays = []
-    for pieces in sides:
-      lengths = np.array([len(x) for x in pieces], np.int64)
-      starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-      arrays += [np.concatenate(pieces).astype(np.int32), starts, lengths]
-    return _Split(*arrays)
-
-  def _epoch(self, epoch: int) -> tuple[_Split, list[np.ndarray]]:
-    """The epoch's tokenisation and global batches (arrays of example ids), in order."""
+  def _epoch(self, epoch: int) -> list[np.ndarray]:
+    """The epoch's global batches (arrays of example ids), in training order."""
     if self._epoch_cache and self._epoch_cache[0] == epoch:
-      return self._epoch_cache[1:]
-    data = self._segmentation(epoch)
-    lengths = np.maximum(data.src_len, data.tgt_len)[self._train_ids] + 1
-    bucket_of = np.searchsorted(self.boundaries, lengths)
+      return self._epoch_cache[1]
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
     order = rng.permutation(len(self._train_ids))
-    ids, buckets = self._train_ids[order], bucket_of[order]
+    ids, buckets = self._train_ids[order], self._bucket_of[order]
     batches = []
-    for b in np.unique(buckets):
+    for b in np.nonzero(self._batches_per_bucket)[0]:
       members = ids[buckets == b]
       rows = int(self._rows[b])
       batches.extend(members[i:i + rows] for i in range(0, len(members), rows))
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    if epoch == len(self._epoch_sizes):
-      self._epoch_sizes.append(len(batches))
-    self._epoch_cache = (epoch, data, batches)
-    return data, batches
-
-  def _locate(self, step: int) -> tuple[int, int]:
-    """(epoch, index in epoch) of optimiser step `step`."""
-    if not self.bpe_dropout:
-      return divmod(step, self.steps_per_epoch)
-    epoch = 0
-    while True:
-      if epoch == len(self._epoch_sizes):
-        self._epoch(epoch)  # a resumed run re-derives the sizes of the epochs before it
-      if step < self._epoch_sizes[epoch]:
-        return epoch, step
-      step -= self._epoch_sizes[epoch]
-      epoch += 1
-
-  def epoch_start(self, epoch: int) -> int:
-    """The first optimiser step of `epoch`."""
-    if not self.bpe_dropout:
-      return epoch * self.steps_per_epoch
-    while len(self._epoch_sizes) < epoch:
-      self._epoch(len(self._epoch_sizes))
-    return sum(self._epoch_sizes[:epoch])
+    self._epoch_cache = (epoch, batches)
+    return batches
 
   def step_examples(self, step: int) -> np.ndarray:
     """Example ids of optimiser step `step` (the same for every device layout)."""
-    return self._step(step)[1]
+    epoch, index = divmod(step, self.steps_per_epoch)
+    return self._epoch(epoch)[index]
 
   def _micro_rows(self, bucket_rows: int) -> int:
     """Rows per micro-batch: the bucket's full step, split over devices x accumulation.
@@ -373,8 +323,7 @@ class Dataset:
     """
     return -(-bucket_rows // (self.num_devices * self.process_count * self.accum_steps))
 
-  def _assemble(self, data: _Split, ids: np.ndarray, length: int, bucket_rows: int
-                ) -> dict[str, np.ndarray]:
+  def _assemble(self, ids: np.ndarray, length: int, bucket_rows: int) -> dict[str, np.ndarray]:
     """[process_count * num_devices * accum, m, L] global layout -> this process's share."""
     micro_batches = self.num_devices * self.process_count * self.accum_steps
     rows = self._micro_rows(bucket_rows)
@@ -383,7 +332,7 @@ class Dataset:
     lo = self.process_index * per_process
     inputs, targets = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
     for r in range(lo, min(lo + per_process, len(ids))):
-      src, tgt = data.example(int(ids[r]))
+      src, tgt = self.train.example(int(ids[r]))
       inputs[r, :len(src)] = src
       inputs[r, len(src)] = EOS_ID
       targets[r, :len(tgt)] = tgt
@@ -394,19 +343,13 @@ class Dataset:
 
   def batch(self, step: int) -> dict[str, np.ndarray]:
     """int32 {"inputs", "targets"} [devices, accum, batch, length] for optimiser step `step`."""
-    data, ids = self._step(step)
-    bucket = self._bucket(data, ids)
-    return self._assemble(data, ids, int(self.boundaries[bucket]), int(self._rows[bucket]))
+    ids = self.step_examples(step)
+    bucket = int(self._bucket_of_example(ids[:1])[0])
+    return self._assemble(ids, int(self.boundaries[bucket]), int(self._rows[bucket]))
 
-  def _step(self, step: int) -> tuple[_Split, np.ndarray]:
-    epoch, index = self._locate(step)
-    data, batches = self._epoch(epoch)
-    return data, batches[index]
-
-  def _bucket(self, data: _Split, ids: np.ndarray) -> int:
-    """The length bucket of a batch (all its examples share it)."""
-    length = max(data.src_len[ids[0]], data.tgt_len[ids[0]]) + 1
-    return int(np.searchsorted(self.boundaries, length))
+  def _bucket_of_example(self, ids: np.ndarray) -> np.ndarray:
+    lengths = np.maximum(self.train.src_len[ids], self.train.tgt_len[ids]) + 1
+    return np.searchsorted(self.boundaries, lengths)
 
   def train_batches(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Batches for steps start_step, start_step + 1, ... forever."""
@@ -462,14 +405,14 @@ class Dataset:
     slots = real = 0
     shapes = set()
     for step in range(self.steps_per_epoch):
-      data, ids = self._step(step)
-      bucket = self._bucket(data, ids)
+      ids = self.step_examples(step)
+      bucket = int(self._bucket_of_example(ids[:1])[0])
       length = int(self.boundaries[bucket])
       micro = self.num_devices * self.process_count * self.accum_steps
       rows = self._micro_rows(int(self._rows[bucket]))
       shapes.add((rows, length))
       slots += 2 * micro * rows * length
-      real += int(data.src_len[ids].sum() + data.tgt_len[ids].sum()) + 2 * len(ids)
+      real += int(self.train.src_len[ids].sum() + self.train.tgt_len[ids].sum()) + 2 * len(ids)
     return {"train_pairs": len(self._train_ids), "filtered_too_long": self.num_filtered,
             "dropped_empty": self.meta["dropped_empty"], "splits": self.meta["splits"],
             "vocab_size": self.vocab.size, "steps_per_epoch": self.steps_per_epoch,
@@ -482,9 +425,7 @@ class Dataset:
             f"{len(self._train_ids)} training pairs, {self.num_filtered} longer than "
             f"{self.cfg.data.max_length} tokens filtered, "
             f"{sum(m['dropped_empty'].values())} empty pairs dropped, vocabulary {self.vocab.size}, "
-            f"{self.steps_per_epoch} steps per epoch"
-            + (f" (epoch 0; BPE-dropout {self.bpe_dropout:g} re-segments every epoch)"
-               if self.bpe_dropout else "") + f", {len(self.boundaries)} length buckets")
+            f"{self.steps_per_epoch} steps per epoch, {len(self.boundaries)} length buckets")
 
 
 def load(cfg: ExperimentConfig, num_devices: int, process_index: int = 0,

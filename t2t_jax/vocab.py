@@ -31,18 +31,6 @@ class Vocabulary:
   def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
     return self._sp.encode(list(texts))
 
-  def encode_with_dropout(self, texts: Sequence[str], rate: float, seed: int
-                          ) -> list[list[int]]:
-    """BPE-dropout: each merge is skipped with probability `rate`, so one text gets
-    different (longer) segmentations; the same `seed` gives the same ones.
-
-    SentencePiece seeds its sampler from a process-wide value; one thread keeps the
-    draws in a fixed order.
-    """
-    import sentencepiece as spm
-    spm.set_random_generator_seed(seed)
-    return self._sp.encode(list(texts), enable_sampling=True, alpha=rate, num_threads=1)
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids up to the first EOS; PAD/BOS are ignored."""
     out = []

@@ -48,8 +48,6 @@ def test_set_overrides_reach_the_model():
     (["--experiment=base_ende", "--set", "model.dropout"], "--set expects KEY=VALUE"),
     (["--experiment=base_ende", "--set", "train.cooldown_steps=200000"],
      "train.cooldown_steps: must be between 0 and train.steps (100000)"),
-    (["--experiment=base_ende", "--set", "data.vocab_type=unigram", "--set",
-      "data.bpe_dropout=0.1"], "data.bpe_dropout: needs data.vocab_type=bpe, got 'unigram'"),
     (["--experiment=base_ende", "--mode=fly"], "unknown --mode='fly'"),
     (["--experiment=base_ende", "--no_such_flag=1"], "no_such_flag"),
     (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--process_id=1"],
