@@ -58,13 +58,17 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
   """
   vocab = logits.shape[-1]
   smoothed, target_logp = _token_losses(logits.astype(jnp.float32), targets, label_smoothing)
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
+  confidence, low = _smoothed_target(label_smoothing, vocab)
   entropy = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low)) \
       if label_smoothing > 0 else 0.0
   weights = (targets != PAD_ID).astype(jnp.float32)
   return (jnp.sum((smoothed - entropy) * weights), -jnp.sum(target_logp * weights),
           jnp.sum(weights))
+
+
+def _smoothed_target(label_smoothing: float, vocab: int) -> tuple[float, float]:
+  """(probability of the true token, of each other token) in the smoothed target q."""
+  return 1.0 - label_smoothing, label_smoothing / (vocab - 1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -82,8 +86,7 @@ def _token_losses(logits: jax.Array, targets: jax.Array, label_smoothing: float
 
 def _token_losses_fwd(logits, targets, label_smoothing):
   vocab = logits.shape[-1]
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
+  confidence, low = _smoothed_target(label_smoothing, vocab)
   top = jnp.max(logits, axis=-1)
   lse = top + jnp.log(jnp.sum(jnp.exp(logits - top[..., None]), axis=-1))
   # One-hot form: faster than a gather on XLA:CPU.
@@ -98,8 +101,7 @@ def _token_losses_bwd(label_smoothing, residuals, cotangents):
   logits, lse, targets = residuals
   g_smoothed, g_target = (c[..., None] for c in cotangents)
   vocab = logits.shape[-1]
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
+  confidence, low = _smoothed_target(label_smoothing, vocab)
   probs = jnp.exp(logits - lse[..., None])
   one_hot = jax.nn.one_hot(targets, vocab, dtype=logits.dtype)
   # d smoothed = p - q with q = (confidence - low) one_hot + low (it sums to 1);
