@@ -86,6 +86,10 @@ class DecodeConfig:
   beam_size: int = 4
   alpha: float = 0.6
   max_extra_length: int = 50
+  # Tokens a hypothesis must have before EOS may end it. 1, as fairseq's default, rules out the
+  # empty translation, which beam search can otherwise rank first for long inputs (Stahlberg &
+  # Byrne 2019); 0 allows it, as the paper's and T2T's search do.
+  min_length: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

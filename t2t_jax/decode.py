@@ -4,7 +4,9 @@ The encoder runs once per batch; every step of the `lax.while_loop` runs one
 decoder position against a key/value cache. Hypotheses are ranked by the GNMT
 length penalty ((5 + len) / 6)^alpha; the search stops for a sentence once no
 live hypothesis can beat its worst finished one (or it reaches input length +
-`max_extra_length`).
+`max_extra_length`). EOS may not end a hypothesis shorter than `min_length` tokens:
+with 0, long inputs sometimes got the empty translation (6 of Multi30k's 1,000 test
+sentences from the one-hour model scored EOS-first above every full hypothesis).
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
 
 
 def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int,
-                alpha: float, max_extra_length: int, cached: bool = True
-                ) -> tuple[jax.Array, jax.Array]:
+                alpha: float, max_extra_length: int, cached: bool = True,
+                min_length: int = 1) -> tuple[jax.Array, jax.Array]:
   """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
 
   Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
   penalised scores [b, beam], best first. Beam size 1 is greedy decoding.
   `cached=False` re-runs the decoder over the whole prefix at every step: the
   same search without the key/value cache, kept only as a benchmark baseline.
+  Hypotheses have at least `min(min_length, length limit)` tokens before EOS.
   """
   transformer = model.Transformer(cfg)
   apply = functools.partial(transformer.apply, {"params": params})
@@ -56,6 +59,7 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
   if cfg.positional == "learned":
     positions = min(positions, cfg.max_len - 1)
   max_len = jnp.minimum(max_len, positions)
+  min_len = jnp.minimum(min_length, max_len)               # the length limit wins
 
   encoded = apply(inputs, method=model.Transformer.encode)
   rep = lambda x: jnp.repeat(x, k, axis=0)
@@ -95,6 +99,8 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
     # At the length limit only EOS may follow.
     at_limit = (i >= max_len)[:, None, None]
     logp = jnp.where(at_limit & (token_ids != EOS_ID), NEG_INF, logp)
+    too_short = (i < min_len)[:, None, None]
+    logp = jnp.where(too_short & (token_ids == EOS_ID), NEG_INF, logp)
 
     cand = (s["live_logp"][:, :, None] + logp).reshape(b, k * vocab)
     top_logp, top_idx = jax.lax.top_k(cand, 2 * k)  # 2k: at most k of them end in EOS
@@ -161,7 +167,8 @@ class Translator:
     self._search = jax.pmap(
         functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
                           alpha=decode_cfg.alpha,
-                          max_extra_length=decode_cfg.max_extra_length),
+                          max_extra_length=decode_cfg.max_extra_length,
+                          min_length=decode_cfg.min_length),
         axis_name=parallel.AXIS, devices=self.devices)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:

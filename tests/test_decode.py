@@ -75,6 +75,8 @@ def _greedy(params, cfg, src, max_new):
     logits = forward(params, src[None], tgt)
     step = np.array(logits[0, len(hyp)])
     step[[PAD_ID, BOS_ID]] = -np.inf
+    if not hyp:
+      step[EOS_ID] = -np.inf  # min_length 1: no empty translation
     if len(hyp) == max_new:
       return hyp  # forced end
     tok = int(step.argmax())
@@ -105,22 +107,42 @@ def test_hypotheses_are_ordered_by_penalised_score(params):
       assert scores[i, j] == pytest.approx(expected, abs=1e-3)
 
 
-def test_max_output_length_is_input_length_plus_extra(params):
-  # Make the model never want EOS: the last decoder layer outputs a constant vector
-  # pointing at token 5's embedding, so every step prefers token 5.
-  p = jax.tree_util.tree_map(lambda x: x, params)
-  last = dict(p[f"decoder_{TINY.num_layers - 1}"])
+def _always_prefer(params, token):
+  """Params whose decoder prefers `token` at every step: the last decoder layer outputs a
+  constant vector pointing at that token's (tied output) embedding."""
+  last = dict(params[f"decoder_{TINY.num_layers - 1}"])
   ln = dict(last["ln_ffn"])
   ln["scale"] = jnp.zeros_like(ln["scale"])
-  ln["bias"] = 10.0 * p["embed"]["embedding"][5]
+  ln["bias"] = 10.0 * params["embed"]["embedding"][token]
   last["ln_ffn"] = ln
-  p = {**p, f"decoder_{TINY.num_layers - 1}": last}
+  return {**params, f"decoder_{TINY.num_layers - 1}": last}
+
+
+def test_max_output_length_is_input_length_plus_extra(params):
+  p = _always_prefer(params, 5)  # never wants EOS
   src = _sources([3, 9], 10)
   seqs, _ = decode.beam_search(p, src, TINY, 2, 0.6, 50)
   seqs = np.asarray(seqs)
   assert len(decode.strip(seqs[0, 0])) == 3 + 50
   assert len(decode.strip(seqs[1, 0])) == 9 + 50
   assert EOS_ID in list(seqs[0, 0])  # forced EOS at the limit
+
+
+@pytest.mark.parametrize("min_length", [0, 1, 3])
+def test_eos_cannot_end_a_hypothesis_shorter_than_min_length(params, min_length):
+  p = _always_prefer(params, EOS_ID)  # wants to stop at once
+  src = _sources([4, 7], 8)
+  seqs, _ = decode.beam_search(p, src, TINY, 3, 0.6, 10, min_length=min_length)
+  for row in np.asarray(seqs):
+    assert len(decode.strip(row[0])) == min_length  # the best ends as soon as it may
+    assert all(len(decode.strip(hyp)) >= min_length for hyp in row)
+
+
+def test_length_limit_wins_over_min_length(params):
+  p = _always_prefer(params, EOS_ID)
+  src = _sources([2], 4)  # limit: 2 source tokens + 1 extra = 3 tokens before EOS
+  seqs, _ = decode.beam_search(p, src, TINY, 2, 0.6, 1, min_length=10)
+  assert len(decode.strip(np.asarray(seqs)[0, 0])) == 3
 
 
 class _IdVocab:
