@@ -88,9 +88,12 @@ def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
 
 
 def train_flops(num_layers: int, d: int, d_ff: int, vocab: int, batch: int, src_len: int,
-                tgt_len: int) -> float:
-  """Analytic FLOPs of one training step: matmuls only, training = 3 x forward."""
-  enc = src_len * num_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
+                tgt_len: int, encoder_layers: int = 0) -> float:
+  """Analytic FLOPs of one training step: matmuls only, training = 3 x forward.
+
+  `num_layers` decoder layers and `encoder_layers` (0: as many) encoder layers.
+  """
+  enc = src_len * (encoder_layers or num_layers) * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
   dec = tgt_len * num_layers * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
   cross_kv = src_len * num_layers * 2 * d * d
   out = tgt_len * d * vocab
@@ -165,7 +168,8 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   t = statistics.median(times)
   peak = statistics.median(peaks)
   m = cfg.model
-  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length)
+  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length,
+                      m.num_encoder_layers)
   return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
           "batch": batch, "length": length,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
@@ -193,10 +197,11 @@ def run_train(argv_workload: str | None) -> None:
 def _dense_dots(m, src_tokens: int, tgt_tokens: int) -> list[tuple[str, int, int, int, int]]:
   """Every projection of one forward pass as (name, rows, contraction, columns, count)."""
   d, hk, hv, L = m.d_model, m.num_heads * m.d_k, m.num_heads * m.d_v, m.num_layers
+  E = m.num_encoder_layers
   return [
-      ("encoder q/k", src_tokens, d, hk, 2 * L), ("encoder v", src_tokens, d, hv, L),
-      ("encoder attention out", src_tokens, hv, d, L),
-      ("encoder ffn in", src_tokens, d, m.d_ff, L), ("encoder ffn out", src_tokens, m.d_ff, d, L),
+      ("encoder q/k", src_tokens, d, hk, 2 * E), ("encoder v", src_tokens, d, hv, E),
+      ("encoder attention out", src_tokens, hv, d, E),
+      ("encoder ffn in", src_tokens, d, m.d_ff, E), ("encoder ffn out", src_tokens, m.d_ff, d, E),
       ("decoder self q/k + cross q", tgt_tokens, d, hk, 3 * L),
       ("decoder self v", tgt_tokens, d, hv, L),
       ("decoder cross k", src_tokens, d, hk, L), ("decoder cross v", src_tokens, d, hv, L),
@@ -269,7 +274,8 @@ def run_profile(workload: str | None) -> None:
   _log(f"profile: {workload}, 1 device, {batch} x {length} tokens per side")
   peak = matmul_peak(FLAGS.dtype)
   step = full_step(cfg)
-  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length)
+  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length,
+                      m.num_encoder_layers)
   parts: list[tuple[str, float]] = [("train step (trainer's pmapped step, 1 device)", step)]
   parts.append(("train step without dropout", full_step(override(cfg, {"model.dropout": 0.0}))))
   loss = loss_fn(cfg)
@@ -299,8 +305,9 @@ def run_profile(workload: str | None) -> None:
   def core(q, k, v):
     w = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
     return jnp.sum(jnp.einsum("bhqk,bkhd->bqhd", w, v))
-  attn = timed(jax.jit(jax.grad(core, argnums=(0, 1, 2))), q, q, v) * 3 * m.num_layers
-  parts.append((f"attention cores (QK^T, softmax, AV) x{3 * m.num_layers}, fwd + bwd", attn))
+  cores = m.num_encoder_layers + 2 * m.num_layers  # encoder self; decoder self and cross
+  attn = timed(jax.jit(jax.grad(core, argnums=(0, 1, 2))), q, q, v) * cores
+  parts.append((f"attention cores (QK^T, softmax, AV) x{cores}, fwd + bwd", attn))
   parts.append(("analytic FLOPs at the measured matmul peak", flops / peak))
   for name, seconds in parts:
     _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": name,

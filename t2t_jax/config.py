@@ -25,6 +25,9 @@ class ModelConfig:
   """The Transformer's shape (paper section 3, Table 3 columns)."""
   vocab_size: int = 37000
   num_layers: int = 6          # N: encoder and decoder layers each
+  # Encoder layers when they differ from N (0: N). An encoder layer costs less than a decoder
+  # layer, and deep-encoder/shallow-decoder models translate about as well (Kasai et al. 2021).
+  encoder_layers: int = 0
   d_model: int = 512
   d_ff: int = 2048
   num_heads: int = 8           # h
@@ -35,6 +38,10 @@ class ModelConfig:
   positional: Literal["sinusoidal", "learned"] = "sinusoidal"
   dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; params stay float32
   max_len: int = 256           # longest sequence the learned positions cover
+
+  @property
+  def num_encoder_layers(self) -> int:
+    return self.encoder_layers or self.num_layers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +254,9 @@ def validate(cfg: ExperimentConfig) -> None:
   for key, value in positive.items():
     if value <= 0:
       raise ConfigError(f"{key}: must be positive, got {value}")
+  if m.encoder_layers < 0:
+    raise ConfigError(f"model.encoder_layers: must be >= 0 (0: model.num_layers), "
+                      f"got {m.encoder_layers}")
   if not 0 <= t.cooldown_steps <= t.steps:
     raise ConfigError(f"train.cooldown_steps: must be between 0 and train.steps ({t.steps}), "
                       f"got {t.cooldown_steps}")

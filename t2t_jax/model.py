@@ -305,7 +305,8 @@ class Transformer(nn.Module):
     self.encoder_positions = Positions(cfg, name="encoder_positions")
     self.decoder_positions = Positions(cfg, name="decoder_positions")
     self.embed_dropout = Dropout(cfg.dropout)
-    self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}") for i in range(cfg.num_layers)]
+    self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}")
+                           for i in range(cfg.num_encoder_layers)]
     self.decoder_layers = [DecoderLayer(cfg, name=f"decoder_{i}") for i in range(cfg.num_layers)]
 
   def _embed(self, tokens: Array, positions: nn.Module, train: bool) -> Array:

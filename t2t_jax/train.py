@@ -257,8 +257,10 @@ def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
     raise UserError(f"{workdir} was trained with experiment {old['experiment']!r}, not "
                     f"{cfg.name!r}; use another --workdir")
   for key in ("model", "data"):
-    if old["config"][key] != new[key]:
-      diff = sorted(k for k in new[key] if old["config"][key].get(k) != new[key][k])
+    # A field added since that run is absent from its record; its default is the old behaviour.
+    recorded = {**dataclasses.asdict(type(getattr(cfg, key))()), **old["config"][key]}
+    if recorded != new[key]:
+      diff = sorted(k for k in new[key] if recorded.get(k) != new[key][k])
       raise UserError(f"{workdir} was trained with different {key} settings "
                       f"({', '.join(f'{key}.{k}' for k in diff)}) than asked for; "
                       f"use another --workdir")

@@ -37,9 +37,10 @@ def _full_logp(params, cfg, src, hyp):
   return float(sum(logp[t, tok] for t, tok in enumerate(hyp)))
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_cached_decoding_matches_full_forward(positional):
-  cfg = dataclasses.replace(TINY, positional=positional)
+@pytest.mark.parametrize("changes", [{"positional": "sinusoidal"}, {"positional": "learned"},
+                                     {"encoder_layers": 3}])
+def test_cached_decoding_matches_full_forward(changes):
+  cfg = dataclasses.replace(TINY, **changes)
   params = model.init_params(cfg, jax.random.PRNGKey(1))
   src = _sources([5, 3], 7)
   tgt = np.random.default_rng(1).integers(4, cfg.vocab_size, size=(2, 6)).astype(np.int32)

@@ -96,14 +96,16 @@ def test_source_target_and_softmax_share_one_embedding():
   assert float(jnp.abs(grad[40]).sum()) == 0  # an unused token gets none
 
 
-def closed_form_params(vocab, n, d, d_ff, h, d_k, d_v):
-  """Parameters of the paper's architecture, counted from section 3 by hand."""
+def closed_form_params(vocab, n, d, d_ff, h, d_k, d_v, n_enc=None):
+  """Parameters of the paper's architecture, counted from section 3 by hand
+  (`n_enc` encoder layers if given, else `n`)."""
   attention = d * h * d_k * 2 + d * h * d_v + h * d_v * d   # W^Q, W^K, W^V, W^O (no biases)
   ffn = d * d_ff + d_ff + d_ff * d + d                        # W1, b1, W2, b2
   layer_norm = 2 * d                                          # gain and bias
   encoder_layer = attention + ffn + 2 * layer_norm
   decoder_layer = 2 * attention + ffn + 3 * layer_norm
-  return vocab * d + n * (encoder_layer + decoder_layer)     # one shared embedding matrix
+  n_enc = n if n_enc is None else n_enc
+  return vocab * d + n_enc * encoder_layer + n * decoder_layer  # one shared embedding matrix
 
 
 @pytest.mark.parametrize("name", ["base_ende", "big_ende", "table3_b_dk16", "table3_c_d256"])
@@ -112,6 +114,16 @@ def test_param_count_equals_closed_form(name):
   expected = closed_form_params(m.vocab_size, m.num_layers, m.d_model, m.d_ff, m.num_heads,
                                 m.d_k, m.d_v)
   assert model.count_params(model.abstract_params(m)) == expected
+
+
+def test_deeper_encoder_than_decoder_has_the_closed_form_count():
+  m = dataclasses.replace(experiments.get("multi30k_ende").model, encoder_layers=6)
+  expected = closed_form_params(m.vocab_size, 3, m.d_model, m.d_ff, m.num_heads, m.d_k, m.d_v,
+                                n_enc=6)
+  assert model.count_params(model.abstract_params(m)) == expected
+  names = set(model.abstract_params(m))
+  assert {f"encoder_{i}" for i in range(6)} <= names and "encoder_6" not in names
+  assert "decoder_2" in names and "decoder_3" not in names
 
 
 def test_paper_param_counts_within_8_percent():
@@ -125,6 +137,7 @@ def test_paper_param_counts_within_8_percent():
     {"num_heads": 2, "d_k": 4, "d_v": 12},  # d_k != d_v != d_model / h (Table 3 rows A/B)
     {"positional": "learned"},               # Table 3 row E
     {"dropout": 0.3},
+    {"encoder_layers": 3},                   # deeper encoder than decoder (2)
 ])
 def test_variants_run(changes):
   cfg = dataclasses.replace(TINY, **changes)

@@ -135,6 +135,23 @@ def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch():
   _assert_trees_close(accum, one_big, atol=1e-6)
 
 
+def test_workdir_refuses_another_model_but_not_a_record_older_than_a_new_field(tmp_path):
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg()
+  train.write_run_info(cfg, str(tmp_path))
+  wider = override(cfg, {"model.d_model": 64})
+  with pytest.raises(UserError, match="model.d_model"):
+    train.check_run_info(wider, str(tmp_path))
+  # A run recorded before `model.encoder_layers` existed trained with its default.
+  path = tmp_path / "experiment.json"
+  record = json.loads(path.read_text())
+  del record["config"]["model"]["encoder_layers"]
+  path.write_text(json.dumps(record))
+  train.check_run_info(cfg, str(tmp_path))
+  with pytest.raises(UserError, match="model.encoder_layers"):
+    train.check_run_info(override(cfg, {"model.encoder_layers": 3}), str(tmp_path))
+
+
 def test_average_is_the_elementwise_mean(tmp_path):
   cfg = tiny_cfg()
   optimizer = optim.make_optimizer(cfg)
