@@ -59,7 +59,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     result = {"split": split, "sacrebleu": round(score, 2), "tokenized_bleu": round(tok_score, 2),
               "signature": signature, "checkpoint": label, "num_sentences": len(hyps),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
-              "decode_seconds": round(seconds, 1),
+              "min_length": cfg.decode.min_length, "decode_seconds": round(seconds, 1),
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
     _write_atomic(os.path.join(out_dir, f"{split}.json"), json.dumps(result, indent=2) + "\n")
     print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
