@@ -25,7 +25,8 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
       # 29k pairs cannot feed a 63M-parameter model, and on a CPU the hour is the limit:
       # 3+3 layers of width 128 (2.4M parameters) train at ~2.3x the tokens/s of width 256
       # and reached the dev perplexity in 20 minutes that width 256 reached in 45. 4+4 layers
-      # with d_ff 256 cost the same per step but learnt more slowly (dev ppl 8.4 vs 6.8 at 2.5k).
+      # with d_ff 256 cost the same per step but learnt more slowly (dev ppl 8.4 vs 6.8 at 2.5k);
+      # d_ff 1024 or a 6-layer encoder cost more per step than they gained (results README).
       model=ModelConfig(vocab_size=8000, num_layers=3, d_model=128, d_ff=512, num_heads=4,
                         d_k=32, d_v=32,
                         # One hour is ~28 epochs here: the paper's 0.1; 0.2 ended with lower dev
