@@ -24,6 +24,8 @@ from typing import Any
 
 from absl import app, flags
 
+from t2t_jax.config import ModelConfig
+
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile"],
                   "What to measure (`profile`: where a train step's time goes).")
@@ -87,16 +89,14 @@ def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
   return 2 * n ** 3 / t
 
 
-def train_flops(num_layers: int, d: int, d_ff: int, vocab: int, batch: int, src_len: int,
-                tgt_len: int, encoder_layers: int = 0) -> float:
-  """Analytic FLOPs of one training step: matmuls only, training = 3 x forward.
-
-  `num_layers` decoder layers and `encoder_layers` (0: as many) encoder layers.
-  """
-  enc = src_len * (encoder_layers or num_layers) * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
-  dec = tgt_len * num_layers * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
-  cross_kv = src_len * num_layers * 2 * d * d
-  out = tgt_len * d * vocab
+def train_flops(m: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
+  """Analytic FLOPs of one training step of model config `m`: matmuls only, training = 3 x
+  forward."""
+  d, d_ff, L = m.d_model, m.d_ff, m.num_layers
+  enc = src_len * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
+  dec = tgt_len * L * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
+  cross_kv = src_len * L * 2 * d * d
+  out = tgt_len * d * m.vocab_size
   return 3 * 2 * batch * (enc + dec + cross_kv + out)
 
 
@@ -168,8 +168,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   t = statistics.median(times)
   peak = statistics.median(peaks)
   m = cfg.model
-  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length,
-                      m.num_encoder_layers)
+  flops = train_flops(m, batch, length, length)
   return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
           "batch": batch, "length": length,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
@@ -274,8 +273,7 @@ def run_profile(workload: str | None) -> None:
   _log(f"profile: {workload}, 1 device, {batch} x {length} tokens per side")
   peak = matmul_peak(FLAGS.dtype)
   step = full_step(cfg)
-  flops = train_flops(m.num_layers, m.d_model, m.d_ff, m.vocab_size, batch, length, length,
-                      m.num_encoder_layers)
+  flops = train_flops(m, batch, length, length)
   parts: list[tuple[str, float]] = [("train step (trainer's pmapped step, 1 device)", step)]
   parts.append(("train step without dropout", full_step(override(cfg, {"model.dropout": 0.0}))))
   loss = loss_fn(cfg)
