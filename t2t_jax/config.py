@@ -73,6 +73,9 @@ class TrainConfig:
   # 0 = the paper's schedule. N > 0: the rate also falls linearly to 0 over the last N of
   # `steps` (for runs whose length is fixed in advance, e.g. by a time budget).
   cooldown_steps: int = 0
+  # M > 0, with `max_train_minutes`: the rate also falls linearly to 0 over the last M minutes
+  # of the time budget, for runs whose step count the machine's speed decides.
+  cooldown_minutes: float = 0.0
   checkpoint_every_steps: int = 5000
   checkpoint_every_minutes: float = 10.0
   keep_checkpoints: int = 20
@@ -260,6 +263,12 @@ def validate(cfg: ExperimentConfig) -> None:
   if not 0 <= t.cooldown_steps <= t.steps:
     raise ConfigError(f"train.cooldown_steps: must be between 0 and train.steps ({t.steps}), "
                       f"got {t.cooldown_steps}")
+  if not 0 <= t.cooldown_minutes <= t.max_train_minutes:
+    raise ConfigError(f"train.cooldown_minutes: must be between 0 and the time budget, "
+                      f"train.max_train_minutes ({t.max_train_minutes:g}), "
+                      f"got {t.cooldown_minutes:g}")
+  if t.cooldown_minutes and t.cooldown_steps:
+    raise ConfigError("train.cooldown_minutes and train.cooldown_steps: set one of them")
   for key, value in {"model.dropout": m.dropout,
                      "model.label_smoothing": m.label_smoothing}.items():
     if not 0.0 <= value < 1.0:

@@ -1,5 +1,5 @@
 """The paper's optimiser (section 5.3): Adam(0.9, 0.98, 1e-9) with warmup + inverse square root
-(optionally with a linear cooldown to zero at the last step)."""
+(optionally with a linear cooldown to zero at the last step or at the end of a time budget)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ def learning_rate(step, d_model: int, warmup_steps: int, scale: float = 1.0,
   if cooldown_steps > 0:
     lr = lr * jnp.clip((total_steps - step) / cooldown_steps, 0.0, 1.0)
   return lr
+
+
+def budget_ramp(elapsed_sec: float, budget_sec: float, cooldown_sec: float) -> float:
+  """The factor on the rate in a time-budgeted cooldown: 1 until the last `cooldown_sec` of
+  the budget, then falling linearly to 0 when `elapsed_sec` reaches `budget_sec`."""
+  if cooldown_sec <= 0:
+    return 1.0
+  return min(1.0, max(0.0, (budget_sec - elapsed_sec) / cooldown_sec))
 
 
 def schedule(cfg: ExperimentConfig) -> Callable:

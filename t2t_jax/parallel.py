@@ -76,3 +76,11 @@ def all_processes_agree(flag: bool) -> bool:
     return flag
   from jax.experimental import multihost_utils
   return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
+def agreed_max(value: float) -> float:
+  """The largest of the processes' values (a clock reading all processes must act on alike)."""
+  if jax.process_count() == 1:
+    return value
+  from jax.experimental import multihost_utils
+  return float(np.max(multihost_utils.process_allgather(np.asarray(value, np.float64))))

@@ -26,6 +26,7 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from t2t_jax import checkpoints, input_pipeline, model, optim, parallel
@@ -114,10 +115,15 @@ def _token_losses_bwd(label_smoothing, residuals, cotangents):
 _token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
-               cfg: ExperimentConfig, optimizer: optax.GradientTransformation,
+def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
+               lr_factor: jax.Array | float = 1.0, *, cfg: ExperimentConfig,
+               optimizer: optax.GradientTransformation,
                axis_name: str = parallel.AXIS) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimiser update from a device's [accum, batch, length] share of the step."""
+  """One optimiser update from a device's [accum, batch, length] share of the step.
+
+  `lr_factor` multiplies the scheduled learning rate (the time-budget cooldown): Adam's update
+  is proportional to its rate, so scaling the update is exactly scaling the rate.
+  """
   rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))  # per device
   transformer = model.Transformer(cfg.model)
 
@@ -143,6 +149,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
   tokens = jnp.maximum(tokens, 1e-9)
   grads = jax.tree_util.tree_map(lambda g: g / tokens, grads)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  updates = jax.tree_util.tree_map(lambda u: u * lr_factor, updates)
   params = optax.apply_updates(state.params, updates)
   finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads)) &
             jnp.isfinite(optax.tree.norm(params)))
@@ -154,7 +161,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
       bad_step=jnp.where((state.bad_step < 0) & ~finite, state.step + 1, state.bad_step))
   metrics = {"loss": loss / tokens, "nll": nll / tokens,
              "tokens": tokens * jax.lax.psum(1, axis_name),
-             "learning_rate": optim.schedule(cfg)(state.step)}
+             "learning_rate": optim.schedule(cfg)(state.step) * lr_factor}
   return new_state, metrics
 
 
@@ -375,9 +382,12 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   pending = []
   batches = ds.train_batches(start_step)
   budget = 60 * t.max_train_minutes
-  out_of_time = lambda: (budget > 0 and
-                         time.time() - start_time + metrics_log.elapsed_before >= budget)
-  budget_spent = parallel.all_processes_agree(out_of_time())
+  # Training time across resumes, the same on every process (the latest clock decides).
+  elapsed_all = lambda: parallel.agreed_max(time.time() - start_time +
+                                            metrics_log.elapsed_before)
+  trained_sec = elapsed_all()
+  budget_spent = budget > 0 and trained_sec >= budget
+  lr_factor = optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes)
   if budget_spent:
     print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
 
@@ -406,9 +416,12 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         if budget_spent:
           break
         batch = next(batches)
-        state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev))
+        state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev),
+                                 parallel.replicate(np.float32(lr_factor), n_dev))
         pending.append(metrics)
-        budget_spent = parallel.all_processes_agree(out_of_time())
+        trained_sec = elapsed_all()
+        budget_spent = budget > 0 and trained_sec >= budget
+        lr_factor = optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes)
         last = step == t.steps or budget_spent
         log_now = step % t.log_every_steps == 0 or last
         eval_now = step % t.eval_every_steps == 0 or last

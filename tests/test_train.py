@@ -105,18 +105,45 @@ def _random_batch(rng, rows, length, vocab):
   return {"inputs": side(), "targets": side()}
 
 
-def _one_step(cfg, batch, n_dev):
+def _one_step(cfg, batch, n_dev, lr_factor=None):
   optimizer = optim.make_optimizer(cfg)
   state = parallel.replicate(train.init_state(cfg, optimizer), n_dev)
   p_train, _ = train.make_steps(cfg, optimizer, devices=jax.local_devices()[:n_dev])
   rng = parallel.replicate(train.step_rng(0, 1), n_dev)
-  state, _ = p_train(state, batch, rng)
+  if lr_factor is None:
+    state, _ = p_train(state, batch, rng)
+  else:
+    state, _ = p_train(state, batch, rng, parallel.replicate(np.float32(lr_factor), n_dev))
   return parallel.unreplicate(state).params
 
 
 def _assert_trees_close(a, b, atol):
   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     np.testing.assert_allclose(x, y, atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("elapsed, factor", [(0, 1.0), (480, 1.0), (510, 0.75), (585, 0.125),
+                                             (600, 0.0), (700, 0.0)])
+def test_budget_cooldown_falls_linearly_to_zero_at_the_end_of_the_budget(elapsed, factor):
+  # a 10-minute budget with a 2-minute cooldown, by hand: (600 - elapsed) / 120 within it.
+  assert optim.budget_ramp(elapsed, 600, 120) == pytest.approx(factor)
+  assert optim.budget_ramp(elapsed, 600, 0) == 1.0  # no cooldown
+
+
+def test_lr_factor_is_exactly_a_scaled_learning_rate():
+  """The budget cooldown scales Adam's update; that must be the update of a scaled rate."""
+  batch = _random_batch(np.random.default_rng(1), 8, 9, 64)
+  batch = {k: v.reshape(1, 1, 8, 9) for k, v in batch.items()}
+  quarter = _one_step(tiny_cfg(**{"train.learning_rate_scale": 400.0}), batch, 1, lr_factor=0.25)
+  scaled = _one_step(tiny_cfg(**{"train.learning_rate_scale": 100.0}), batch, 1)
+  _assert_trees_close(quarter, scaled, atol=1e-7)
+  start = train.init_state(tiny_cfg(), optim.make_optimizer(tiny_cfg())).params
+  moved = max(float(jnp.abs(a - b).max()) for a, b in
+              zip(jax.tree_util.tree_leaves(quarter), jax.tree_util.tree_leaves(start)))
+  assert moved > 1e-3
+  frozen = _one_step(tiny_cfg(**{"train.learning_rate_scale": 400.0}), batch, 1, lr_factor=0.0)
+  for a, b in zip(jax.tree_util.tree_leaves(frozen), jax.tree_util.tree_leaves(start)):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch():
@@ -251,14 +278,29 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
   """`train.max_train_minutes` stops at the budget with a checkpoint, then evaluates;
   a rerun of the finished workdir trains no further."""
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-  budget_s = 12
-  cmd = _train_cmd(tmp_path, 100_000, {"train.max_train_minutes": budget_s / 60})
+  budget_s, cooldown_s = 12, 6
+  cmd = _train_cmd(tmp_path, 100_000, {"train.max_train_minutes": budget_s / 60,
+                                       "train.cooldown_minutes": cooldown_s / 60})
   r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "time budget of 0.2 min reached at step" in r.stdout, r.stdout[-2000:]
   with open(tmp_path / "metrics.jsonl") as f:
-    last = [json.loads(l) for l in f][-1]
+    rows = [json.loads(l) for l in f]
+  last = rows[-1]
   assert budget_s <= last["elapsed_sec"] < budget_s + 10
+  # The cooldown (`train.cooldown_minutes`): the paper's rate until the last 6 s of the budget,
+  # then falling linearly with the training time to ~0 at the last step. A step's factor is
+  # taken before it runs, so at least the one of the time logged after it.
+  cfg = tiny_cfg()
+  factors = [r["learning_rate"] / float(optim.learning_rate(r["step"], 32, cfg.train.warmup_steps))
+             for r in rows if "learning_rate" in r]
+  times = [r["elapsed_sec"] for r in rows if "learning_rate" in r]
+  for f, t in zip(factors, times):
+    if t < budget_s - cooldown_s - 0.1:  # elapsed_sec is rounded to 0.1 s
+      assert f == pytest.approx(1.0, rel=1e-5)
+    assert min(1.0, max(0.0, (budget_s - t) / cooldown_s)) - 0.01 <= f <= 1.0 + 1e-5
+  assert all(a >= b - 1e-6 for a, b in zip(factors, factors[1:]))
+  assert factors[-1] < 0.5 and any(t < budget_s - cooldown_s - 0.1 for t in times)
   assert "dev_ppl" in last  # the stopping step is evaluated like the last one
   assert (tmp_path / "checkpoints" / str(last["step"])).is_dir()
   assert (tmp_path / "eval" / "test.json").exists()
