@@ -32,7 +32,10 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
                         # One hour is ~28 epochs here: the paper's 0.1; 0.2 ended with lower dev
                         # perplexity (5.90 vs 6.15) but lower valid BLEU (38.71 vs 39.01);
                         # 0.3 learnt too slowly for the hour (valid 34.40).
-                        dropout=0.1, label_smoothing=0.1, max_len=128),
+                        dropout=0.1,
+                        # eps_ls 0.2, not the paper's 0.1: 29k pairs overfit by ~17 epochs, and
+                        # 0.2 gave valid 39.72 vs 39.20 in otherwise equal runs (ppl 6.30 vs 5.96).
+                        label_smoothing=0.2, max_len=128),
       data=DataConfig(dataset=dataset, train_split="train", dev_split="valid",
                       test_split=test_split,
                       # A joint 8k BPE suits a 29k-pair corpus (37k would leave most pieces rare).
@@ -46,6 +49,11 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
       train=TrainConfig(steps=10000, max_train_minutes=60.0, tokens_per_step=3072,
                         max_tokens_per_batch=3072, warmup_steps=600, checkpoint_every_steps=200,
                         checkpoint_every_minutes=10.0, keep_checkpoints=10,
+                        # The paper's schedule never anneals (it averages instead); an hour ends
+                        # mid-schedule, so the rate falls linearly to 0 over its last 20 minutes:
+                        # dev ppl 5.96 vs 6.15 with 14% fewer steps; valid 39.20 vs 39.12/39.35
+                        # alone, 39.72 with eps_ls 0.2 (the pair is the adopted change).
+                        cooldown_minutes=20.0,
                         eval_every_steps=500, log_every_steps=100),
       decode=DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=50),
       average=AverageConfig(last=5),
