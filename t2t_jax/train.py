@@ -382,12 +382,15 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   pending = []
   batches = ds.train_batches(start_step)
   budget = 60 * t.max_train_minutes
-  # Training time across resumes, the same on every process (the latest clock decides).
-  elapsed_all = lambda: parallel.agreed_max(time.time() - start_time +
-                                            metrics_log.elapsed_before)
-  trained_sec = elapsed_all()
-  budget_spent = budget > 0 and trained_sec >= budget
-  lr_factor = optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes)
+
+  def read_budget() -> tuple[bool, float]:
+    """(budget spent, cooldown factor) from the training time across resumes, the same on
+    every process (the latest clock decides)."""
+    trained_sec = parallel.agreed_max(time.time() - start_time + metrics_log.elapsed_before)
+    return (budget > 0 and trained_sec >= budget,
+            optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes))
+
+  budget_spent, lr_factor = read_budget()
   if budget_spent:
     print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
 
@@ -419,9 +422,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev),
                                  parallel.replicate(np.float32(lr_factor), n_dev))
         pending.append(metrics)
-        trained_sec = elapsed_all()
-        budget_spent = budget > 0 and trained_sec >= budget
-        lr_factor = optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes)
+        budget_spent, lr_factor = read_budget()
         last = step == t.steps or budget_spent
         log_now = step % t.log_every_steps == 0 or last
         eval_now = step % t.eval_every_steps == 0 or last
