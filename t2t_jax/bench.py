@@ -24,6 +24,7 @@ from typing import Any
 
 from absl import app, flags
 
+from t2t_jax import hostmem
 from t2t_jax.config import ModelConfig
 
 FLAGS = flags.FLAGS
@@ -425,4 +426,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  hostmem.reexec_with_huge_pages()  # the speed `main` trains at
   app.run(main)

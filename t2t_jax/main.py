@@ -14,6 +14,7 @@ import sys
 
 from absl import app, flags, logging
 
+from t2t_jax import hostmem
 from t2t_jax.errors import UserError
 from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
                             parse_set_flags, validate)
@@ -207,6 +208,7 @@ def _main_guarded(argv: list[str]) -> None:
 
 
 def run() -> None:
+  hostmem.reexec_with_huge_pages()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   # Compiled steps are cached across runs, so a resumed or repeated run starts fast.
