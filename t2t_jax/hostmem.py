@@ -65,11 +65,12 @@ def reexec_with_huge_pages() -> None:
   interpreter options (`sys.orig_argv`).
   """
   env = huge_page_env(dict(os.environ))
-  if env is None:
+  argv = getattr(sys, "orig_argv", None)  # Python >= 3.10
+  if env is None or not argv or not sys.executable:
     return
   sys.stdout.flush()
   sys.stderr.flush()
   try:
-    os.execve(sys.executable, sys.orig_argv, env)
+    os.execve(sys.executable, argv, env)
   except OSError:
     return  # unusual interpreters or sandboxes: run on without huge pages
