@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from typing import Mapping
 
 TUNABLE = "glibc.malloc.hugetlb"
 OPT_OUT = "T2T_JAX_HUGEPAGES"
@@ -42,7 +43,7 @@ def _thp_available() -> bool:
     return False
 
 
-def huge_page_env(environ: dict[str, str]) -> dict[str, str] | None:
+def huge_page_env(environ: Mapping[str, str]) -> dict[str, str] | None:
   """The environment to re-execute with, or None when there is nothing to change."""
   if environ.get(OPT_OUT, "1") == "0":
     return None
@@ -64,7 +65,7 @@ def reexec_with_huge_pages() -> None:
   process id (so launchers and multi-process jobs see one process) and the original
   interpreter options (`sys.orig_argv`).
   """
-  env = huge_page_env(dict(os.environ))
+  env = huge_page_env(os.environ)
   argv = getattr(sys, "orig_argv", None)  # Python >= 3.10
   if env is None or not argv or not sys.executable:
     return

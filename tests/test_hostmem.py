@@ -41,7 +41,7 @@ def _probe(env_extra: dict[str, str]) -> tuple[int, str, int, str]:
 
 def _thp_mode() -> str:
   try:
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+    with open(hostmem._THP_MODE) as f:
       return f.read().split("[")[1].split("]")[0]
   except (OSError, IndexError):
     return "unavailable"
