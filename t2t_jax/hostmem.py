@@ -34,13 +34,18 @@ def _glibc_version() -> tuple[int, ...] | None:
     return None
 
 
-def _thp_available() -> bool:
-  """The kernel's THP mode must be `always` or `madvise` (glibc asks with madvise)."""
+def thp_mode() -> str | None:
+  """The kernel's transparent-huge-page mode (`always`, `madvise`, `never`), None if unknown."""
   try:
     with open(_THP_MODE) as f:
-      return "[never]" not in f.read()
-  except OSError:
-    return False
+      return f.read().split("[")[1].split("]")[0]
+  except (OSError, IndexError):
+    return None
+
+
+def _thp_available() -> bool:
+  """The THP mode must be `always` or `madvise` (glibc asks with madvise)."""
+  return thp_mode() in ("always", "madvise")
 
 
 def huge_page_env(environ: Mapping[str, str]) -> dict[str, str] | None:

@@ -39,17 +39,10 @@ def _probe(env_extra: dict[str, str]) -> tuple[int, str, int, str]:
   return starts, fields["tunables"], int(fields["huge_kb"]), fields["argv"]
 
 
-def _thp_mode() -> str:
-  try:
-    with open(hostmem._THP_MODE) as f:
-      return f.read().split("[")[1].split("]")[0]
-  except (OSError, IndexError):
-    return "unavailable"
-
-
 def _needs_huge_pages():
   if hostmem.huge_page_env({}) is None:
-    pytest.skip(f"no glibc >= 2.35 with transparent huge pages here (THP mode: {_thp_mode()})")
+    pytest.skip("no glibc >= 2.35 with transparent huge pages here "
+                f"(THP mode: {hostmem.thp_mode()})")
 
 
 def test_reexec_once_keeps_arguments_and_gets_huge_pages():
@@ -65,7 +58,7 @@ def test_opt_out_and_user_tunables():
   _needs_huge_pages()
   starts, tunables, huge_kb, _ = _probe({hostmem.OPT_OUT: "0"})
   assert (starts, tunables) == (1, "")
-  if _thp_mode() == "madvise":  # without the tunable glibc never asks for huge pages
+  if hostmem.thp_mode() == "madvise":  # without the tunable glibc never asks for huge pages
     assert huge_kb == 0
   # The user's own tunables are kept, ours appended; their own hugetlb setting wins.
   starts, tunables, _, _ = _probe({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
