@@ -276,7 +276,8 @@ def run_profile(workload: str | None) -> None:
   step = full_step(cfg)
   flops = train_flops(m, batch, length, length)
   parts: list[tuple[str, float]] = [("train step (trainer's pmapped step, 1 device)", step)]
-  parts.append(("train step without dropout", full_step(override(cfg, {"model.dropout": 0.0}))))
+  no_dropout = {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.relu_dropout": 0.0}
+  parts.append(("train step without dropout", full_step(override(cfg, no_dropout))))
   loss = loss_fn(cfg)
   parts.append(("forward + loss", timed(jax.jit(loss), state.params)))
   parts.append(("forward + backward", timed(jax.jit(jax.grad(loss)), state.params)))

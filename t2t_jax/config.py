@@ -34,6 +34,10 @@ class ModelConfig:
   d_k: int = 64                # per-head query/key size; independent of d_model/h
   d_v: int = 64                # per-head value size
   dropout: float = 0.1         # P_drop: sub-layer outputs and embedding sums
+  # Not in the paper (section 5.4 drops only sub-layer outputs and embedding sums): T2T's
+  # attention_dropout (on the softmax weights) and relu_dropout (on the FFN's hidden layer).
+  attention_dropout: float = 0.0
+  relu_dropout: float = 0.0
   label_smoothing: float = 0.1  # eps_ls
   positional: Literal["sinusoidal", "learned"] = "sinusoidal"
   dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; params stay float32
@@ -269,7 +273,8 @@ def validate(cfg: ExperimentConfig) -> None:
                       f"got {t.cooldown_minutes:g}")
   if t.cooldown_minutes and t.cooldown_steps:
     raise ConfigError("train.cooldown_minutes and train.cooldown_steps: set one of them")
-  for key, value in {"model.dropout": m.dropout,
+  for key, value in {"model.dropout": m.dropout, "model.attention_dropout": m.attention_dropout,
+                     "model.relu_dropout": m.relu_dropout,
                      "model.label_smoothing": m.label_smoothing}.items():
     if not 0.0 <= value < 1.0:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")

@@ -6,7 +6,8 @@ Faithful to the paper rather than to later practice:
     multiplied by sqrt(d_model) on lookup                                 (section 3.4)
   * sinusoidal positions, or learned ones (Table 3 row E)                 (section 3.5)
   * per-head d_k and d_v independent of d_model / h (Table 3 row B)       (section 3.2.2)
-  * dropout only on sub-layer outputs and embedding+position sums         (section 5.4)
+  * dropout only on sub-layer outputs and embedding+position sums         (section 5.4);
+    T2T's attention and ReLU dropout are options, off by default
 
 `model.dtype=bfloat16` feeds bf16 to every matmul and accumulates in float32
 (`preferred_element_type`); parameters, LayerNorm, softmax and the residual
@@ -150,6 +151,7 @@ class MultiHeadAttention(nn.Module):
     self.key = _dense(self.cfg, h * d_k, False)
     self.value = _dense(self.cfg, h * d_v, False)
     self.out = _dense(self.cfg, self.cfg.d_model, False)
+    self.weights_dropout = Dropout(self.cfg.attention_dropout)
 
   def project_kv(self, x_kv: Array) -> tuple[Array, Array]:
     """[b, L, d_model] -> keys [b, L, h, d_k], values [b, L, h, d_v]."""
@@ -159,7 +161,7 @@ class MultiHeadAttention(nn.Module):
     v = self.value(x_kv).reshape(b, length, cfg.num_heads, cfg.d_v)
     return k, v
 
-  def attend(self, x_q: Array, k: Array, v: Array, bias: Array) -> Array:
+  def attend(self, x_q: Array, k: Array, v: Array, bias: Array, train: bool = False) -> Array:
     cfg = self.cfg
     b, lq, _ = x_q.shape
     q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
@@ -167,12 +169,13 @@ class MultiHeadAttention(nn.Module):
     logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k) + bias
     weights = jax.nn.softmax(logits, axis=-1)
     self.sow("intermediates", "attention_weights", weights)
+    weights = self.weights_dropout(weights, deterministic=not train)
     out = einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
 
-  def __call__(self, x_q: Array, x_kv: Array, bias: Array) -> Array:
+  def __call__(self, x_q: Array, x_kv: Array, bias: Array, train: bool = False) -> Array:
     k, v = self.project_kv(x_kv)
-    return self.attend(x_q, k, v, bias)
+    return self.attend(x_q, k, v, bias, train)
 
 
 class FeedForward(nn.Module):
@@ -180,8 +183,9 @@ class FeedForward(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, train: bool = False) -> Array:
     x = nn.relu(_dense(self.cfg, self.cfg.d_ff, True, name="wi")(x))
+    x = Dropout(self.cfg.relu_dropout)(x, deterministic=not train)
     return _dense(self.cfg, self.cfg.d_model, True, name="wo")(x)
 
 
@@ -192,8 +196,8 @@ class EncoderLayer(nn.Module):
   def __call__(self, x: Array, self_bias: Array, train: bool) -> Array:
     drop = lambda y: Dropout(self.cfg.dropout)(y, deterministic=not train)
     x = nn.LayerNorm(name="ln_self_attention")(
-        x + drop(MultiHeadAttention(self.cfg, name="self_attention")(x, x, self_bias)))
-    return nn.LayerNorm(name="ln_ffn")(x + drop(FeedForward(self.cfg, name="ffn")(x)))
+        x + drop(MultiHeadAttention(self.cfg, name="self_attention")(x, x, self_bias, train)))
+    return nn.LayerNorm(name="ln_ffn")(x + drop(FeedForward(self.cfg, name="ffn")(x, train)))
 
 
 class DecoderLayer(nn.Module):
@@ -217,13 +221,13 @@ class DecoderLayer(nn.Module):
   def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train):
     drop = lambda z: self.dropout(z, deterministic=not train)
     y = self.ln_cross_attention(y + drop(self.cross_attention.attend(y, cross_k, cross_v,
-                                                                     cross_bias)))
-    return self.ln_ffn(y + drop(self.ffn(y)))
+                                                                     cross_bias, train)))
+    return self.ln_ffn(y + drop(self.ffn(y, train)))
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
                train: bool) -> Array:
     drop = lambda z: self.dropout(z, deterministic=not train)
-    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias)))
+    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias, train)))
     cross_k, cross_v = self.cross_attention.project_kv(encoded)
     return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train)
 

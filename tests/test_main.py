@@ -53,6 +53,8 @@ def test_set_overrides_reach_the_model():
      "train.max_train_minutes (0), got 5"),
     (["--experiment=multi30k_ende", "--set", "train.cooldown_minutes=5", "--set",
       "train.cooldown_steps=100"], "train.cooldown_minutes and train.cooldown_steps: set one"),
+    (["--experiment=base_ende", "--set", "model.attention_dropout=1"],
+     "model.attention_dropout: must be in [0, 1)"),
     (["--experiment=base_ende", "--mode=fly"], "unknown --mode='fly'"),
     (["--experiment=base_ende", "--no_such_flag=1"], "no_such_flag"),
     (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--process_id=1"],

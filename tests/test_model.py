@@ -164,6 +164,61 @@ def test_dropout_is_inverted_and_uses_the_rate():
   assert abs(float(y.mean()) - 1.0) < 0.01  # expectation preserved
 
 
+def _sample_mean(fn, n=4000):
+  """Mean and spread of fn(key) over n dropout keys."""
+  samples = jax.vmap(fn)(jax.random.split(jax.random.PRNGKey(7), n))
+  return np.asarray(samples.mean(0)), np.asarray(samples.std(0))
+
+
+def test_attention_dropout_keeps_the_expected_attention_output():
+  """The attention output is linear in its softmax weights, so inverted dropout on the
+  weights leaves its expectation at the eval-mode output (T2T's attention_dropout)."""
+  cfg = dataclasses.replace(TINY, attention_dropout=0.3)
+  mha = model.MultiHeadAttention(cfg)
+  rng = np.random.default_rng(4)
+  x_q = jnp.asarray(rng.normal(size=(1, 3, cfg.d_model)), jnp.float32)
+  x_kv = jnp.asarray(rng.normal(size=(1, 5, cfg.d_model)), jnp.float32)
+  bias = jnp.zeros((1, 1, 1, 5))
+  variables = mha.init(jax.random.PRNGKey(0), x_q, x_kv, bias)
+  exact = mha.apply(variables, x_q, x_kv, bias, train=False)
+  mean, spread = _sample_mean(lambda k: mha.apply(variables, x_q, x_kv, bias, train=True,
+                                                  rngs={"dropout": k}))
+  assert spread.min() > 1e-3  # the weights really are dropped in training
+  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(4000))
+
+
+def test_relu_dropout_keeps_the_expected_feed_forward_output():
+  """FFN(x) is linear in its hidden ReLU layer, so the same holds for relu_dropout."""
+  cfg = dataclasses.replace(TINY, relu_dropout=0.3)
+  ffn = model.FeedForward(cfg)
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 3, cfg.d_model)), jnp.float32)
+  variables = ffn.init(jax.random.PRNGKey(0), x)
+  exact = ffn.apply(variables, x, train=False)
+  mean, spread = _sample_mean(lambda k: ffn.apply(variables, x, train=True, rngs={"dropout": k}))
+  assert spread.min() > 1e-3
+  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(4000))
+
+
+def test_attention_and_relu_dropout_are_off_in_eval_and_keep_the_decoder_causal():
+  cfg = dataclasses.replace(TINY, attention_dropout=0.5, relu_dropout=0.5)
+  params = _params(TINY)  # the options add no parameters
+  rng = np.random.default_rng(6)
+  src, tgt = _tokens(rng, 2, 7, TINY.vocab_size), _tokens(rng, 2, 9, TINY.vocab_size)
+  np.testing.assert_array_equal(model.Transformer(cfg).apply({"params": params}, src, tgt),
+                                model.Transformer(TINY).apply({"params": params}, src, tgt))
+  train = lambda t: model.Transformer(cfg).apply({"params": params}, src, t, train=True,
+                                                 rngs={"dropout": jax.random.PRNGKey(3)})
+  logits, t = train(tgt), 4
+  for option in ("attention_dropout", "relu_dropout"):  # each is wired into the layers
+    one = dataclasses.replace(TINY, **{option: 0.5})
+    assert not np.allclose(model.Transformer(one).apply(
+        {"params": params}, src, tgt, train=True, rngs={"dropout": jax.random.PRNGKey(3)}),
+        model.Transformer(TINY).apply({"params": params}, src, tgt), atol=1e-3), option
+  changed = tgt.copy()
+  changed[:, t + 1:] = rng.integers(4, TINY.vocab_size, size=changed[:, t + 1:].shape)
+  np.testing.assert_allclose(train(changed)[:, :t + 2], logits[:, :t + 2], atol=1e-5)
+
+
 def test_dropout_masks_are_independent_across_keys_and_neighbours():
   a = np.asarray(model.dropout_keep_mask(jax.random.PRNGKey(0), (400, 500), 0.5), np.float64)
   b = np.asarray(model.dropout_keep_mask(jax.random.PRNGKey(1), (400, 500), 0.5), np.float64)
