@@ -164,9 +164,12 @@ def test_dropout_is_inverted_and_uses_the_rate():
   assert abs(float(y.mean()) - 1.0) < 0.01  # expectation preserved
 
 
-def _sample_mean(fn, n=4000):
-  """Mean and spread of fn(key) over n dropout keys."""
-  samples = jax.vmap(fn)(jax.random.split(jax.random.PRNGKey(7), n))
+DROPOUT_KEYS = 4000
+
+
+def _sample_mean(fn):
+  """Mean and spread of fn(key) over DROPOUT_KEYS dropout keys."""
+  samples = jax.vmap(fn)(jax.random.split(jax.random.PRNGKey(7), DROPOUT_KEYS))
   return np.asarray(samples.mean(0)), np.asarray(samples.std(0))
 
 
@@ -184,7 +187,7 @@ def test_attention_dropout_keeps_the_expected_attention_output():
   mean, spread = _sample_mean(lambda k: mha.apply(variables, x_q, x_kv, bias, train=True,
                                                   rngs={"dropout": k}))
   assert spread.min() > 1e-3  # the weights really are dropped in training
-  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(4000))
+  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(DROPOUT_KEYS))
 
 
 def test_relu_dropout_keeps_the_expected_feed_forward_output():
@@ -196,7 +199,7 @@ def test_relu_dropout_keeps_the_expected_feed_forward_output():
   exact = ffn.apply(variables, x, train=False)
   mean, spread = _sample_mean(lambda k: ffn.apply(variables, x, train=True, rngs={"dropout": k}))
   assert spread.min() > 1e-3
-  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(4000))
+  np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(DROPOUT_KEYS))
 
 
 def test_attention_and_relu_dropout_are_off_in_eval_and_keep_the_decoder_causal():
@@ -204,19 +207,17 @@ def test_attention_and_relu_dropout_are_off_in_eval_and_keep_the_decoder_causal(
   params = _params(TINY)  # the options add no parameters
   rng = np.random.default_rng(6)
   src, tgt = _tokens(rng, 2, 7, TINY.vocab_size), _tokens(rng, 2, 9, TINY.vocab_size)
-  np.testing.assert_array_equal(model.Transformer(cfg).apply({"params": params}, src, tgt),
-                                model.Transformer(TINY).apply({"params": params}, src, tgt))
-  train = lambda t: model.Transformer(cfg).apply({"params": params}, src, t, train=True,
-                                                 rngs={"dropout": jax.random.PRNGKey(3)})
-  logits, t = train(tgt), 4
+  plain = model.Transformer(TINY).apply({"params": params}, src, tgt)  # no dropout at all
+  np.testing.assert_array_equal(model.Transformer(cfg).apply({"params": params}, src, tgt), plain)
+  train = lambda c, t: model.Transformer(c).apply({"params": params}, src, t, train=True,
+                                                  rngs={"dropout": jax.random.PRNGKey(3)})
   for option in ("attention_dropout", "relu_dropout"):  # each is wired into the layers
     one = dataclasses.replace(TINY, **{option: 0.5})
-    assert not np.allclose(model.Transformer(one).apply(
-        {"params": params}, src, tgt, train=True, rngs={"dropout": jax.random.PRNGKey(3)}),
-        model.Transformer(TINY).apply({"params": params}, src, tgt), atol=1e-3), option
+    assert not np.allclose(train(one, tgt), plain, atol=1e-3), option
+  logits, t = train(cfg, tgt), 4
   changed = tgt.copy()
   changed[:, t + 1:] = rng.integers(4, TINY.vocab_size, size=changed[:, t + 1:].shape)
-  np.testing.assert_allclose(train(changed)[:, :t + 2], logits[:, :t + 2], atol=1e-5)
+  np.testing.assert_allclose(train(cfg, changed)[:, :t + 2], logits[:, :t + 2], atol=1e-5)
 
 
 def test_dropout_masks_are_independent_across_keys_and_neighbours():
