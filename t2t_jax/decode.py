@@ -37,8 +37,8 @@ def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
   return jnp.take_along_axis(x, idx, axis=1)
 
 
-def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int,
-                alpha: float, max_extra_length: int, cached: bool = True,
+def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
+                beam_size: int, alpha: float, max_extra_length: int, cached: bool = True,
                 min_length: int = 1) -> tuple[jax.Array, jax.Array]:
   """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
 
@@ -47,24 +47,33 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
   `cached=False` re-runs the decoder over the whole prefix at every step: the
   same search without the key/value cache, kept only as a benchmark baseline.
   Hypotheses have at least `min(min_length, length limit)` tokens before EOS.
+
+  An ensemble is a list of parameter trees with a list of their configs (one
+  shared vocabulary): each step scores the next token by the log of the
+  members' mean probability, as fairseq and T2T do.
   """
-  transformer = model.Transformer(cfg)
-  apply = functools.partial(transformer.apply, {"params": params})
+  if isinstance(cfg, ModelConfig):
+    members = [(cfg, params)]
+  else:
+    members = list(zip(cfg, params, strict=True))
+  applies = [functools.partial(model.Transformer(c).apply, {"params": p}) for c, p in members]
   b, src_width = inputs.shape
   k = beam_size
   # Output length limit: input length (without EOS) + max_extra_length, per sentence.
   src_len = jnp.maximum(jnp.sum(inputs != PAD_ID, axis=-1) - 1, 1)
   max_len = src_len + max_extra_length                     # tokens before EOS
   positions = src_width + max_extra_length                 # static upper bound
-  if cfg.positional == "learned":
-    positions = min(positions, cfg.max_len - 1)
+  for c, _ in members:
+    if c.positional == "learned":
+      positions = min(positions, c.max_len - 1)
   max_len = jnp.minimum(max_len, positions)
   min_len = jnp.minimum(min_length, max_len)               # the length limit wins
 
-  encoded = apply(inputs, method=model.Transformer.encode)
   rep = lambda x: jnp.repeat(x, k, axis=0)
-  inputs_rep, encoded_rep = rep(inputs), rep(encoded)
-  cache = apply(encoded_rep, positions + 1, method=model.Transformer.init_cache) if cached else {}
+  inputs_rep = rep(inputs)
+  encoded_rep = [rep(apply(inputs, method=model.Transformer.encode)) for apply in applies]
+  cache = [apply(enc, positions + 1, method=model.Transformer.init_cache) if cached else {}
+           for apply, enc in zip(applies, encoded_rep)]
 
   live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1))
   state = {
@@ -83,17 +92,25 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig, beam_size: int
 
   def body(s):
     i = s["i"]
-    if cached:
-      logits, cache = apply(s["cache"], s["last"].reshape(b * k), i, inputs_rep,
-                            method=model.Transformer.decode_step)
-    else:
-      prefix = jnp.concatenate([jnp.full((b * k, 1), BOS_ID, jnp.int32),
-                                s["live_seqs"].reshape(b * k, -1)[:, :-1]], axis=1)
-      prefix = jnp.where(jnp.arange(positions + 1) <= i, prefix, PAD_ID)
-      all_logits = apply(encoded_rep, inputs_rep, prefix, method=model.Transformer.decode)
-      logits, cache = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False), {}
-    vocab = logits.shape[-1]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
+    member_logp, cache = [], []
+    for apply, enc, member_cache in zip(applies, encoded_rep, s["cache"]):
+      if cached:
+        logits, member_cache = apply(member_cache, s["last"].reshape(b * k), i, inputs_rep,
+                                     method=model.Transformer.decode_step)
+      else:
+        prefix = jnp.concatenate([jnp.full((b * k, 1), BOS_ID, jnp.int32),
+                                  s["live_seqs"].reshape(b * k, -1)[:, :-1]], axis=1)
+        prefix = jnp.where(jnp.arange(positions + 1) <= i, prefix, PAD_ID)
+        all_logits = apply(enc, inputs_rep, prefix, method=model.Transformer.decode)
+        logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
+      member_logp.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
+      cache.append(member_cache)
+    if len(member_logp) == 1:
+      logp = member_logp[0]
+    else:  # log of the members' mean probability
+      logp = jax.nn.logsumexp(jnp.stack(member_logp), axis=0) - jnp.log(len(member_logp))
+    vocab = logp.shape[-1]
+    logp = logp.reshape(b, k, vocab)
     token_ids = jnp.arange(vocab)
     logp = jnp.where((token_ids == PAD_ID) | (token_ids == BOS_ID), NEG_INF, logp)
     # At the length limit only EOS may follow.
@@ -156,7 +173,8 @@ class Translator:
   than `max_input_length` tokens is truncated, with a warning.
   """
 
-  def __init__(self, params: Any, model_cfg: ModelConfig, decode_cfg: DecodeConfig,
+  def __init__(self, params: Any, model_cfg: ModelConfig | Sequence[ModelConfig],
+               decode_cfg: DecodeConfig,
                vocab: Any, max_input_length: int, tokens_per_batch: int = 2048):
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.max_input_length = max_input_length
@@ -165,7 +183,9 @@ class Translator:
     # This process's devices alone: in a multi-process job one host may decode.
     self.params = parallel.replicate(params, len(self.devices), local_only=True)
     self._search = jax.pmap(
-        functools.partial(beam_search, cfg=model_cfg, beam_size=decode_cfg.beam_size,
+        functools.partial(beam_search,
+                          cfg=model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg),
+                          beam_size=decode_cfg.beam_size,
                           alpha=decode_cfg.alpha,
                           max_extra_length=decode_cfg.max_extra_length,
                           min_length=decode_cfg.min_length),

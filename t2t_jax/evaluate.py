@@ -1,19 +1,21 @@
 """Inference modes: eval (BLEU on dev/test), translate (stdin -> stdout), attention (PNG).
 
 All of them use the averaged checkpoint when one exists (paper section 6.1),
-else the latest training checkpoint.
+else the latest training checkpoint. eval and translate can also decode with an
+ensemble of several workdirs' models (`--ensemble`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 from t2t_jax import bleu, checkpoints, decode, input_pipeline
-from t2t_jax.config import ExperimentConfig, evaluation_splits
+from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
 
@@ -31,18 +33,68 @@ def load_inference_params(cfg: ExperimentConfig, workdir: str) -> tuple[Any, str
   return found
 
 
-def _translator(cfg: ExperimentConfig, params: Any, vocab: Any) -> decode.Translator:
-  return decode.Translator(params, cfg.model, cfg.decode, vocab,
-                           max_input_length=min(cfg.data.max_length, cfg.model.max_len))
+def load_ensemble(cfg: ExperimentConfig, workdir: str, others: Sequence[str]
+                  ) -> tuple[list[Any], list[ModelConfig], str]:
+  """Parameters and model configs of `workdir` plus the other workdirs, for one ensemble.
+
+  Members may differ in shape (each keeps the model it was trained with) but must share
+  the data settings, and hence the vocabulary, that `cfg` asks for. Every member is
+  checked before any parameters load.
+  """
+  members = [(workdir, cfg)]
+  for other in others:
+    other = os.path.abspath(os.path.expanduser(other))
+    info = os.path.join(other, "experiment.json")
+    if not os.path.exists(info):
+      raise UserError(f"--ensemble: {other} holds no trained run (no experiment.json)")
+    with open(info) as f:
+      recorded = json.load(f)["config"]
+    # A field added since that run is absent from its record; its default is the old behaviour.
+    data = {**dataclasses.asdict(DataConfig()), **recorded["data"]}
+    model_cfg = ModelConfig(**{**dataclasses.asdict(ModelConfig()), **recorded["model"]})
+    differ = [f"data.{k}" for k, v in dataclasses.asdict(cfg.data).items() if data.get(k) != v]
+    if model_cfg.vocab_size != cfg.model.vocab_size:
+      differ.append("model.vocab_size")
+    if differ:
+      raise UserError(f"--ensemble: {other} was trained with other data or vocabulary settings "
+                      f"({', '.join(differ)}) than {workdir}; ensemble members must share one "
+                      f"vocabulary")
+    members.append((other, dataclasses.replace(cfg, model=model_cfg)))
+  params, labels = [], []
+  for member_dir, member_cfg in members:
+    member_params, label = load_inference_params(member_cfg, member_dir)
+    params.append(member_params)
+    labels.append(f"{member_dir}: {label}")
+  return params, [c.model for _, c in members], "ensemble of " + "; ".join(labels)
+
+
+def _translator(cfg: ExperimentConfig, params: Any, vocab: Any,
+                model_cfgs: Sequence[ModelConfig] | None = None) -> decode.Translator:
+  """One model, or an ensemble when `model_cfgs` lists each member's config."""
+  max_len = min(c.max_len for c in model_cfgs or [cfg.model])
+  return decode.Translator(params, model_cfgs or cfg.model, cfg.decode, vocab,
+                           max_input_length=min(cfg.data.max_length, max_len))
+
+
+def _load(cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str], vocab: Any
+          ) -> tuple[decode.Translator, str]:
+  if ensemble:
+    params, cfgs, label = load_ensemble(cfg, workdir, ensemble)
+    return _translator(cfg, params, vocab, cfgs), label
+  params, label = load_inference_params(cfg, workdir)
+  return _translator(cfg, params, vocab), label
 
 
 def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = None,
-             samples: int = 0, ds: Any = None) -> dict[str, dict]:
-  """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints both BLEUs."""
-  params, label = load_inference_params(cfg, workdir)
+             samples: int = 0, ds: Any = None, ensemble: Sequence[str] = ()) -> dict[str, dict]:
+  """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints both BLEUs.
+
+  With `ensemble` (other workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so
+  the single model's figures stay.
+  """
   ds = ds or input_pipeline.load(cfg, num_devices=1)
-  translator = _translator(cfg, params, ds.vocab)
-  out_dir = os.path.join(workdir, "eval")
+  translator, label = _load(cfg, workdir, ensemble, ds.vocab)
+  out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
   os.makedirs(out_dir, exist_ok=True)
   lang = _target_lang(cfg, ds)
   results = {}
@@ -61,6 +113,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
               "min_length": cfg.decode.min_length, "decode_seconds": round(seconds, 1),
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
+    if ensemble:
+      result["ensemble"] = [workdir] + [os.path.abspath(os.path.expanduser(d)) for d in ensemble]
     _write_atomic(os.path.join(out_dir, f"{split}.json"), json.dumps(result, indent=2) + "\n")
     print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
           f"[{len(hyps)} sentences, {seconds:.0f}s]", flush=True)
@@ -90,7 +144,7 @@ def read_lines(stream: Any, name: str) -> list[str]:
 
 
 def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
-                  output_path: str | None) -> None:
+                  output_path: str | None, ensemble: Sequence[str] = ()) -> None:
   """One translation per input line; empty lines stay empty so outputs stay aligned."""
   if input_path:
     if not os.path.exists(input_path):
@@ -99,10 +153,9 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
       lines = read_lines(f, input_path)
   else:
     lines = read_lines(sys.stdin.buffer, "stdin")
-  params, label = load_inference_params(cfg, workdir)
-  vocab = input_pipeline.load_vocab(cfg)
+  translator, label = _load(cfg, workdir, ensemble, input_pipeline.load_vocab(cfg))
   print(f"translating {len(lines)} line(s) with {label}", file=sys.stderr, flush=True)
-  hyps = _translator(cfg, params, vocab).translate(lines)
+  hyps = translator.translate(lines)
   text = "".join(h + "\n" for h in hyps)
   if output_path:
     _write_atomic(output_path, text)

@@ -33,6 +33,8 @@ flags.DEFINE_string("input", None, "translate: read sentences from this file (de
 flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
 flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
                     "and test splits); e.g. the dev split alone while tuning decoding.")
+flags.DEFINE_list("ensemble", [], "eval, translate: other workdirs (comma-separated) whose "
+                  "models decode together with --workdir's, averaging their probabilities.")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
 flags.DEFINE_bool("distributed", False, "train: join a multi-process job, detected from the "
@@ -124,6 +126,8 @@ def main(argv: list[str]) -> None:
   if FLAGS.mode == "params":
     run_params(cfg)
     return
+  if FLAGS.ensemble and FLAGS.mode not in ("eval", "translate"):
+    raise UsageError(f"--ensemble is for --mode=eval or translate, not --mode={FLAGS.mode}")
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
@@ -145,10 +149,10 @@ def main(argv: list[str]) -> None:
     train.run_average(cfg, workdir)
   elif FLAGS.mode == "eval":
     from t2t_jax import evaluate
-    evaluate.run_eval(cfg, workdir, samples=3, splits=splits)
+    evaluate.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "translate":
     from t2t_jax import evaluate
-    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output)
+    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "attention":
     from t2t_jax import evaluate
     evaluate.run_attention(cfg, workdir, FLAGS.sentence, FLAGS.layer, FLAGS.output)

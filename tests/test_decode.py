@@ -176,3 +176,36 @@ def test_uncached_search_finds_the_same_hypotheses(params):
   (s1, sc1), (s2, sc2) = run(True), run(False)
   np.testing.assert_array_equal(np.asarray(s1), np.asarray(s2))
   np.testing.assert_allclose(sc1, sc2, atol=1e-4)
+
+
+def _token_logp(params, cfg, src, hyp):
+  """log p(token_t | src, hyp_<t) for each position, from one teacher-forced forward pass."""
+  logits = model.Transformer(cfg).apply({"params": params}, src[None], np.array([hyp], np.int32))
+  logp = np.asarray(jax.nn.log_softmax(logits[0]), np.float64)
+  return logp[np.arange(len(hyp)), hyp]
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_ensemble_scores_hypotheses_by_the_members_mean_probability(cached):
+  wide = dataclasses.replace(TINY, d_model=24, d_ff=48, d_k=12, d_v=12, num_layers=1)
+  cfgs = [TINY, wide]  # members of different shapes sharing one vocabulary
+  members = [model.init_params(c, jax.random.PRNGKey(2 + i)) for i, c in enumerate(cfgs)]
+  src = _sources([5, 3], 7, seed=7)
+  alpha = 0.6
+  seqs, scores = decode.beam_search(members, src, cfgs, 3, alpha, 6, cached=cached)
+  seqs, scores = np.asarray(seqs), np.asarray(scores)
+  for i in range(2):
+    for j in range(3):
+      hyp = decode.strip(seqs[i, j]) + [EOS_ID]
+      per_member = [_token_logp(p, c, src[i], hyp) for p, c in zip(members, cfgs)]
+      mixture = np.log(np.mean(np.exp(per_member), axis=0)).sum()
+      assert scores[i, j] == pytest.approx(mixture / decode.length_penalty(len(hyp), alpha),
+                                           abs=1e-3)
+
+
+def test_ensemble_of_a_model_with_itself_is_that_model(params):
+  src = _sources([6, 2, 4], 8, seed=9)
+  single = decode.beam_search(params, src, TINY, 3, 0.6, 6)
+  twice = decode.beam_search([params, params], src, [TINY, TINY], 3, 0.6, 6)
+  np.testing.assert_array_equal(np.asarray(single[0]), np.asarray(twice[0]))
+  np.testing.assert_allclose(single[1], twice[1], atol=1e-5)

@@ -37,7 +37,7 @@ def test_set_overrides_reach_the_model():
   assert "params: 15212544" in r.stdout.splitlines()
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["--experiment=nope"], "unknown experiment 'nope'; valid names: base_ende"),
     (["--experiment=base_ende", "--set", "model.d_modle=3"],
      "unknown config key 'model.d_modle'; did you mean model.d_model"),
@@ -63,9 +63,28 @@ def test_set_overrides_reach_the_model():
       "--num_processes=2", "--coordinator_address=localhost:1"], "--process_id=2 is not in 0..1"),
     (["--experiment=demo", "--mode=eval", "--workdir=/nonexistent/w", "--distributed"],
      "multi-process runs are for training"),
-])
-def test_bad_input_is_one_line_exit_2(args, message):
-  r = run("--mode=params", *args) if not any(a.startswith("--mode") for a in args) else run(*args)
+    (["--experiment=demo", "--mode=average", "--workdir=/nonexistent/w", "--ensemble=/x"],
+     "--ensemble is for --mode=eval or translate, not --mode=average"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_results():
+  """Every bad-input command, run concurrently: each is a short, mostly single-threaded
+  start-up, so this halves the module's time on two cores."""
+  from concurrent.futures import ThreadPoolExecutor
+
+  def one(args):
+    return run("--mode=params", *args) if not any(a.startswith("--mode") for a in args) \
+        else run(*args)
+
+  with ThreadPoolExecutor(max_workers=4) as pool:
+    return list(pool.map(one, [args for args, _ in BAD_INPUT]))
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=lambda i: " ".join(BAD_INPUT[i][0]))
+def test_bad_input_is_one_line_exit_2(bad_input_results, case):
+  r, message = bad_input_results[case], BAD_INPUT[case][1]
   assert r.returncode == 2, (r.stdout, r.stderr)
   lines = [l for l in r.stderr.splitlines() if l.strip()]
   assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr

@@ -179,6 +179,24 @@ def test_workdir_refuses_another_model_but_not_a_record_older_than_a_new_field(t
     train.check_run_info(override(cfg, {"model.encoder_layers": 3}), str(tmp_path))
 
 
+def test_ensemble_members_must_share_the_vocabulary_but_not_the_shape(tmp_path):
+  from t2t_jax import evaluate
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg()
+  for name, changes in [("wider", {"model.d_model": 64}), ("vocab", {"model.vocab_size": 128}),
+                        ("data", {"data.bucket_growth": 1.5})]:
+    train.write_run_info(override(cfg, changes), str(tmp_path / name))
+  with pytest.raises(UserError, match="model.vocab_size.*share one vocabulary"):
+    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "vocab")])
+  with pytest.raises(UserError, match="data.bucket_growth"):
+    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "data")])
+  with pytest.raises(UserError, match="no trained run"):
+    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "nothing")])
+  # A member of another shape passes the checks; only the missing checkpoints stop it.
+  with pytest.raises(UserError, match="no checkpoint"):
+    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "wider")])
+
+
 def test_average_is_the_elementwise_mean(tmp_path):
   cfg = tiny_cfg()
   optimizer = optim.make_optimizer(cfg)
@@ -322,3 +340,15 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
                      text=True, timeout=600)
   assert r.returncode == 2 and "--splits=train: train is not one of" in r.stderr, r.stderr
   assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == [f"{dev}.json"]
+
+  # `--ensemble`: a model ensembled with itself translates as it does alone; the ensemble's
+  # figures go to eval/ensemble/ and leave the single model's in place.
+  r = subprocess.run(eval_cmd + [f"--splits={dev}", f"--ensemble={tmp_path}"], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  alone = json.loads((tmp_path / "eval" / f"{dev}.json").read_text())
+  both = json.loads((tmp_path / "eval" / "ensemble" / f"{dev}.json").read_text())
+  assert both["ensemble"] == [str(tmp_path)] * 2
+  assert both["sacrebleu"] == alone["sacrebleu"]
+  assert ((tmp_path / "eval" / "ensemble" / f"{dev}.hyp").read_text()
+          == (tmp_path / "eval" / f"{dev}.hyp").read_text())
