@@ -112,6 +112,15 @@ class AverageConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnsembleConfig:
+  """Independently trained models decoded together. Not in the paper, which averages the
+  checkpoints of one model; an ensemble averages several models' predicted probabilities."""
+  # N > 1: one training command trains N models at once (seeds seed, seed+1, ...), each on
+  # its own share of the CPU cores, in WORKDIR/member<i>/, then decodes with all of them.
+  members: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   name: str = ""
   description: str = ""
@@ -120,6 +129,7 @@ class ExperimentConfig:
   train: TrainConfig = TrainConfig()
   decode: DecodeConfig = DecodeConfig()
   average: AverageConfig = AverageConfig()
+  ensemble: EnsembleConfig = EnsembleConfig()
 
 
 def evaluation_splits(cfg: ExperimentConfig) -> list[str]:
@@ -257,6 +267,7 @@ def validate(cfg: ExperimentConfig) -> None:
               "train.warmup_steps": t.warmup_steps,
               "train.keep_checkpoints": t.keep_checkpoints,
               "decode.beam_size": d.beam_size, "average.last": cfg.average.last,
+              "ensemble.members": cfg.ensemble.members,
               "data.max_length": cfg.data.max_length}
   for key, value in positive.items():
     if value <= 0:

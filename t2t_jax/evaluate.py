@@ -33,20 +33,27 @@ def load_inference_params(cfg: ExperimentConfig, workdir: str) -> tuple[Any, str
   return found
 
 
-def load_ensemble(cfg: ExperimentConfig, workdir: str, others: Sequence[str]
+def member_dirs(cfg: ExperimentConfig, workdir: str) -> list[str]:
+  """The workdirs whose models decode as this run: its `ensemble.members` trained side by
+  side in WORKDIR/member<i>/, or the workdir itself."""
+  if cfg.ensemble.members > 1:
+    return [os.path.join(workdir, f"member{i}") for i in range(cfg.ensemble.members)]
+  return [workdir]
+
+
+def load_ensemble(cfg: ExperimentConfig, dirs: Sequence[str]
                   ) -> tuple[list[Any], list[ModelConfig], str]:
-  """Parameters and model configs of `workdir` plus the other workdirs, for one ensemble.
+  """Parameters and model configs of the runs in `dirs`, for one ensemble.
 
   Members may differ in shape (each keeps the model it was trained with) but must share
   the data settings, and hence the vocabulary, that `cfg` asks for. Every member is
   checked before any parameters load.
   """
-  members = [(workdir, cfg)]
-  for other in others:
-    other = os.path.abspath(os.path.expanduser(other))
-    info = os.path.join(other, "experiment.json")
+  members = []
+  for member in dirs:
+    info = os.path.join(member, "experiment.json")
     if not os.path.exists(info):
-      raise UserError(f"--ensemble: {other} holds no trained run (no experiment.json)")
+      raise UserError(f"ensemble member {member} holds no trained run (no experiment.json)")
     with open(info) as f:
       recorded = json.load(f)["config"]
     # A field added since that run is absent from its record; its default is the old behaviour.
@@ -56,15 +63,15 @@ def load_ensemble(cfg: ExperimentConfig, workdir: str, others: Sequence[str]
     if model_cfg.vocab_size != cfg.model.vocab_size:
       differ.append("model.vocab_size")
     if differ:
-      raise UserError(f"--ensemble: {other} was trained with other data or vocabulary settings "
-                      f"({', '.join(differ)}) than {workdir}; ensemble members must share one "
-                      f"vocabulary")
-    members.append((other, dataclasses.replace(cfg, model=model_cfg)))
+      raise UserError(f"ensemble member {member} was trained with other data or vocabulary "
+                      f"settings ({', '.join(differ)}) than asked for; ensemble members must "
+                      f"share one vocabulary")
+    members.append((member, dataclasses.replace(cfg, model=model_cfg)))
   params, labels = [], []
-  for member_dir, member_cfg in members:
-    member_params, label = load_inference_params(member_cfg, member_dir)
+  for member, member_cfg in members:
+    member_params, label = load_inference_params(member_cfg, member)
     params.append(member_params)
-    labels.append(f"{member_dir}: {label}")
+    labels.append(f"{member}: {label}")
   return params, [c.model for _, c in members], "ensemble of " + "; ".join(labels)
 
 
@@ -76,24 +83,30 @@ def _translator(cfg: ExperimentConfig, params: Any, vocab: Any,
                            max_input_length=min(cfg.data.max_length, max_len))
 
 
-def _load(cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str], vocab: Any
+def _load(cfg: ExperimentConfig, dirs: Sequence[str], vocab: Any
           ) -> tuple[decode.Translator, str]:
-  if ensemble:
-    params, cfgs, label = load_ensemble(cfg, workdir, ensemble)
+  if len(dirs) > 1:
+    params, cfgs, label = load_ensemble(cfg, dirs)
     return _translator(cfg, params, vocab, cfgs), label
-  params, label = load_inference_params(cfg, workdir)
+  params, label = load_inference_params(cfg, dirs[0])
   return _translator(cfg, params, vocab), label
+
+
+def _models(cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str]) -> list[str]:
+  """This run's model(s), then the `--ensemble` workdirs."""
+  return member_dirs(cfg, workdir) + [os.path.abspath(os.path.expanduser(d)) for d in ensemble]
 
 
 def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = None,
              samples: int = 0, ds: Any = None, ensemble: Sequence[str] = ()) -> dict[str, dict]:
   """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints both BLEUs.
 
-  With `ensemble` (other workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so
-  the single model's figures stay.
+  A run of `ensemble.members` models decodes with all of them. With `ensemble` (other
+  workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so this run's figures stay.
   """
   ds = ds or input_pipeline.load(cfg, num_devices=1)
-  translator, label = _load(cfg, workdir, ensemble, ds.vocab)
+  dirs = _models(cfg, workdir, ensemble)
+  translator, label = _load(cfg, dirs, ds.vocab)
   out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
   os.makedirs(out_dir, exist_ok=True)
   lang = _target_lang(cfg, ds)
@@ -113,8 +126,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
               "min_length": cfg.decode.min_length, "decode_seconds": round(seconds, 1),
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
-    if ensemble:
-      result["ensemble"] = [workdir] + [os.path.abspath(os.path.expanduser(d)) for d in ensemble]
+    if len(dirs) > 1:
+      result["ensemble"] = dirs
     _write_atomic(os.path.join(out_dir, f"{split}.json"), json.dumps(result, indent=2) + "\n")
     print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
           f"[{len(hyps)} sentences, {seconds:.0f}s]", flush=True)
@@ -153,7 +166,7 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
       lines = read_lines(f, input_path)
   else:
     lines = read_lines(sys.stdin.buffer, "stdin")
-  translator, label = _load(cfg, workdir, ensemble, input_pipeline.load_vocab(cfg))
+  translator, label = _load(cfg, _models(cfg, workdir, ensemble), input_pipeline.load_vocab(cfg))
   print(f"translating {len(lines)} line(s) with {label}", file=sys.stderr, flush=True)
   hyps = translator.translate(lines)
   text = "".join(h + "\n" for h in hyps)
@@ -168,6 +181,10 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
 def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, layer: int,
                   output: str | None) -> str:
   """Translates `sentence` and draws every head's attention for that pair."""
+  if cfg.ensemble.members > 1:
+    raise UserError(f"--mode=attention draws one model; this run has {cfg.ensemble.members} "
+                     f"members: give --workdir={os.path.join(workdir, 'member0')} and "
+                     f"--set ensemble.members=1")
   from t2t_jax import attention_plot
   from t2t_jax.special_tokens import EOS_ID
   if not sentence or not sentence.strip():

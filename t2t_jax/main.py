@@ -128,6 +128,9 @@ def main(argv: list[str]) -> None:
     return
   if FLAGS.ensemble and FLAGS.mode not in ("eval", "translate"):
     raise UsageError(f"--ensemble is for --mode=eval or translate, not --mode={FLAGS.mode}")
+  if cfg.ensemble.members > 1 and (FLAGS.distributed or FLAGS.coordinator_address):
+    raise UsageError("ensemble.members > 1 trains its members as processes of one host; "
+                     "train multi-host members one by one and decode them with --ensemble")
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
@@ -142,7 +145,9 @@ def main(argv: list[str]) -> None:
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
     train.check_run_info(cfg, workdir)
-  if FLAGS.mode == "train":
+  if FLAGS.mode == "train" and cfg.ensemble.members > 1:
+    run_train_ensemble(cfg, workdir)
+  elif FLAGS.mode == "train":
     run_train(cfg, workdir)
   elif FLAGS.mode == "average":
     from t2t_jax import train
@@ -176,22 +181,43 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
       print(f"training finished; average and evaluate with one process:\n  {base} "
             f"--mode=average && {base} --mode=eval", flush=True)
     return
-  splits = final_eval_splits(cfg)
-  stored = [os.path.join(workdir, "eval", f"{s}.json") for s in splits]
-  averaged = os.path.join(workdir, "averaged", "averaged.json")
-  if all(os.path.exists(p) and os.path.exists(averaged) and
-         os.path.getmtime(p) >= os.path.getmtime(averaged) for p in stored):
-    import json
-    print("training already finished; final evaluation (from WORKDIR/eval):")
-    for path in stored:
-      with open(path) as f:
-        r = json.load(f)
-      print(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
-            f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} sentences, "
-            f"{r['checkpoint']}]")
+  if not print_stored_eval(cfg, workdir, [workdir]):
+    train.run_average(cfg, workdir)
+    evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+
+
+def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
+  """Trains `ensemble.members` models at once, each averaging and evaluating itself; then
+  decodes the dev and test splits with all of them."""
+  from t2t_jax import ensemble, evaluate, input_pipeline, train
+  train.check_workdir(cfg, workdir)
+  train.write_run_info(cfg, workdir)
+  input_pipeline.prepared_dir(cfg)  # once, before the members start
+  dirs = evaluate.member_dirs(cfg, workdir)
+  if not ensemble.train_members(cfg, workdir, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
     return
-  train.run_average(cfg, workdir)
-  evaluate.run_eval(cfg, workdir, samples=3, splits=splits)
+  if cfg.train.final_eval and not print_stored_eval(cfg, workdir, dirs):
+    evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+
+
+def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) -> bool:
+  """Prints the final evaluation stored in WORKDIR/eval if it is newer than every model's
+  averaged checkpoint (a finished run started again); False when it must be (re)computed."""
+  import json
+  stored = [os.path.join(workdir, "eval", f"{s}.json") for s in final_eval_splits(cfg)]
+  averaged = [os.path.join(m, "averaged", "averaged.json") for m in models]
+  if not all(os.path.exists(p) for p in stored + averaged):
+    return False
+  if min(os.path.getmtime(p) for p in stored) < max(os.path.getmtime(p) for p in averaged):
+    return False
+  print("training already finished; final evaluation (from WORKDIR/eval):")
+  for path in stored:
+    with open(path) as f:
+      r = json.load(f)
+    print(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
+          f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} sentences, "
+          f"{r['checkpoint']}]")
+  return True
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -1,8 +1,8 @@
 """Learning curve of a run: `python -m t2t_jax.plot --workdir=DIR [--output=PNG]`.
 
 Training loss and dev perplexity against wall-clock training time, read from
-WORKDIR/metrics.jsonl; the final BLEU figures from WORKDIR/eval/*.json, when
-present, go in the title.
+WORKDIR/metrics.jsonl (for an ensemble run, each WORKDIR/member<i>/metrics.jsonl);
+the final BLEU figures from WORKDIR/eval/*.json, when present, go in the title.
 """
 
 from __future__ import annotations
@@ -27,28 +27,44 @@ def read_metrics(workdir: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
+def runs_of(workdir: str) -> list[tuple[str, list[dict]]]:
+  """(label, metrics) of the workdir's run, or of each member of an ensemble run."""
+  members = sorted(glob.glob(os.path.join(workdir, "member*", "metrics.jsonl")))
+  if members and not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+    return [(os.path.basename(os.path.dirname(p)), read_metrics(os.path.dirname(p)))
+            for p in members]
+  return [("", read_metrics(workdir))]
+
+
 def plot(workdir: str, output: str) -> str:
   """Writes the learning curve PNG and returns its path."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  rows = read_metrics(workdir)
-  train = [r for r in rows if "loss" in r and "elapsed_sec" in r]
-  dev = [r for r in rows if "dev_ppl" in r]
-  # Dev rows logged on a non-logging step carry no time: take the nearest logged one's.
-  times = {r["step"]: r["elapsed_sec"] for r in train}
-  dev_t = [times.get(r["step"], max((t for s, t in times.items() if s <= r["step"]),
-                                    default=0.0)) / 60 for r in dev]
   fig, ax = plt.subplots(figsize=(8, 4.5))
-  # The mean over each logging window when logged (one step's loss jumps with its bucket).
-  ax.plot([r["elapsed_sec"] / 60 for r in train], [r.get("loss_mean", r["loss"]) for r in train],
-          color="tab:blue", label="training loss (label-smoothed)")
+  ax2 = ax.twinx()
+  for (label, rows), style in zip(runs_of(workdir), ["-", "--", ":", "-."] * 4):
+    train = [r for r in rows if "loss" in r and "elapsed_sec" in r]
+    dev = [r for r in rows if "dev_ppl" in r]
+    # Dev rows logged on a non-logging step carry no time: take the nearest logged one's.
+    times = {r["step"]: r["elapsed_sec"] for r in train}
+    dev_t = [times.get(r["step"], max((t for s, t in times.items() if s <= r["step"]),
+                                      default=0.0)) / 60 for r in dev]
+    suffix = f" ({label})" if label else ""
+    # The mean over each logging window when logged (one step's loss jumps with its bucket).
+    ax.plot([r["elapsed_sec"] / 60 for r in train],
+            [r.get("loss_mean", r["loss"]) for r in train], style, color="tab:blue",
+            label="training loss (label-smoothed)" + suffix)
+    ax2.plot(dev_t, [r["dev_ppl"] for r in dev], "o" + style, color="tab:red",
+             label="dev perplexity" + suffix)
   ax.set_xlabel("training time (minutes)")
   ax.set_ylabel("training loss", color="tab:blue")
-  ax2 = ax.twinx()
-  ax2.plot(dev_t, [r["dev_ppl"] for r in dev], "o-", color="tab:red", label="dev perplexity")
   ax2.set_ylabel("dev perplexity (per wordpiece)", color="tab:red")
   ax2.set_yscale("log")
+  if len(ax.lines) > 1:
+    handles = ax.get_legend_handles_labels()
+    handles2 = ax2.get_legend_handles_labels()
+    ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=8)
   title = os.path.basename(os.path.normpath(workdir))
   for path in sorted(glob.glob(os.path.join(workdir, "eval", "*.json"))):
     with open(path) as f:

@@ -183,18 +183,25 @@ def test_ensemble_members_must_share_the_vocabulary_but_not_the_shape(tmp_path):
   from t2t_jax import evaluate
   from t2t_jax.errors import UserError
   cfg = tiny_cfg()
-  for name, changes in [("wider", {"model.d_model": 64}), ("vocab", {"model.vocab_size": 128}),
-                        ("data", {"data.bucket_growth": 1.5})]:
+  for name, changes in [("main", {}), ("wider", {"model.d_model": 64}),
+                        ("vocab", {"model.vocab_size": 128}), ("data", {"data.bucket_growth": 1.5})]:
+    (tmp_path / name).mkdir()
     train.write_run_info(override(cfg, changes), str(tmp_path / name))
+  ensemble = lambda other: evaluate.load_ensemble(cfg, [str(tmp_path / "main"),
+                                                        str(tmp_path / other)])
   with pytest.raises(UserError, match="model.vocab_size.*share one vocabulary"):
-    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "vocab")])
+    ensemble("vocab")
   with pytest.raises(UserError, match="data.bucket_growth"):
-    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "data")])
+    ensemble("data")
   with pytest.raises(UserError, match="no trained run"):
-    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "nothing")])
+    ensemble("nothing")
   # A member of another shape passes the checks; only the missing checkpoints stop it.
   with pytest.raises(UserError, match="no checkpoint"):
-    evaluate.load_ensemble(cfg, str(tmp_path / "main"), [str(tmp_path / "wider")])
+    ensemble("wider")
+  # A run of N members decodes with WORKDIR/member0..N-1.
+  assert evaluate.member_dirs(override(cfg, {"ensemble.members": 3}), "/w") == [
+      "/w/member0", "/w/member1", "/w/member2"]
+  assert evaluate.member_dirs(cfg, "/w") == ["/w"]
 
 
 def test_average_is_the_elementwise_mean(tmp_path):
@@ -352,3 +359,52 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
   assert both["sacrebleu"] == alone["sacrebleu"]
   assert ((tmp_path / "eval" / "ensemble" / f"{dev}.hyp").read_text()
           == (tmp_path / "eval" / f"{dev}.hyp").read_text())
+
+
+def test_core_shares_are_disjoint_and_cover_the_cores():
+  from t2t_jax.ensemble import core_shares
+  assert core_shares([0, 1], 2) == [[0], [1]]
+  assert core_shares([3, 1, 2, 0, 4], 2) == [[0, 1, 2], [3, 4]]
+  assert core_shares(range(8), 3) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+  assert core_shares([0], 2) is None  # fewer cores than members: they share
+
+
+def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
+  """`ensemble.members=2`: one command trains two seeds at once in WORKDIR/member<i>/, passes
+  a SIGTERM on to both (each checkpoints; the same command resumes them), and decodes the
+  dev and test splits with both models."""
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+  cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "train.max_train_minutes": 0.3,
+                                       "model.dropout": 0.1})
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  seen = set()
+  for line in proc.stdout:
+    if "| loss" in line and line.startswith("[member "):
+      seen.add(line.split("]")[0])
+    if len(seen) == 2:
+      break
+  proc.send_signal(signal.SIGTERM)
+  out = line + proc.stdout.read()
+  assert proc.wait(timeout=300) == 0, out[-3000:]
+  assert "stopped on SIGTERM; resume with:" in out, out[-3000:]
+  for i in range(2):
+    member = tmp_path / f"member{i}"
+    assert "train.seed=%d" % i in out
+    assert json.loads((member / "experiment.json").read_text())["config"]["train"]["seed"] == i
+    assert list((member / "checkpoints").iterdir()) and not (member / "eval").exists()
+    assert "stopped at step" in (member / "train.log").read_text()
+
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert r.stdout.count("resuming from checkpoint") == 2, r.stdout[-3000:]
+  cfg = json.loads((tmp_path / "experiment.json").read_text())["config"]
+  assert cfg["ensemble"]["members"] == 2
+  for split in (cfg["data"]["dev_split"], cfg["data"]["test_split"]):
+    result = json.loads((tmp_path / "eval" / f"{split}.json").read_text())
+    assert result["ensemble"] == [str(tmp_path / "member0"), str(tmp_path / "member1")]
+    for i in range(2):  # each member's own figures, from its own final evaluation
+      assert (tmp_path / f"member{i}" / "eval" / f"{split}.json").exists()
+  # A finished ensemble run started again trains nothing and prints the stored figures.
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0 and "training already finished" in r.stdout, r.stdout[-3000:]

@@ -1,0 +1,119 @@
+"""Training an ensemble: `ensemble.members` models at once, each on its own CPU cores.
+
+On a CPU the step of a small model scales almost linearly with cores (2 cores: 1.9-2.1x one
+core, multi30k_ende), so N models on 1/N of the cores each cost the same wall time as one
+model on all of them, and decoding with their mean probability is worth more than one model
+trained N times as long once a small model has converged. Each member is the ordinary training
+command in WORKDIR/member<i>/ (seed `train.seed + i`), run as a subprocess pinned to its share
+of the cores, so it resumes, checkpoints, averages and evaluates itself like any run; this
+module starts them, relays their output, passes signals on, and decodes with all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from typing import Sequence
+
+from t2t_jax.config import ExperimentConfig
+from t2t_jax.errors import UserError
+
+
+def core_shares(cpus: Sequence[int], members: int) -> list[list[int]] | None:
+  """Disjoint, contiguous, near-equal shares of `cpus`, one per member; None when there are
+  fewer CPUs than members (then members share all of them)."""
+  cpus = sorted(cpus)
+  if len(cpus) < members:
+    return None
+  size, extra = divmod(len(cpus), members)
+  shares, start = [], 0
+  for i in range(members):
+    end = start + size + (1 if i < extra else 0)
+    shares.append(cpus[start:end])
+    start = end
+  return shares
+
+
+def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experiment: str,
+                   dataset: str | None, sets: Sequence[str]) -> list[str]:
+  """The member's own training command: the run's flags, one member, its own seed."""
+  cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={experiment}",
+         f"--workdir={member_dir}"]
+  if dataset:
+    cmd.append(f"--dataset={dataset}")
+  for item in sets:
+    cmd += ["--set", item]
+  return cmd + ["--set", "ensemble.members=1", "--set", f"train.seed={cfg.train.seed + index}"]
+
+
+def _relay(proc: subprocess.Popen, prefix: str, log_path: str) -> None:
+  """Copies a member's output to its log file and, prefixed, to our stdout."""
+  with open(log_path, "a", encoding="utf-8") as log:
+    for line in proc.stdout:
+      log.write(line)
+      log.flush()
+      # absl/XLA warnings are in the member's log; the console gets the trainer's lines.
+      if not line.startswith(("W", "I")) or not line[1:5].isdigit():
+        sys.stdout.write(prefix + line)
+        sys.stdout.flush()
+
+
+def train_members(cfg: ExperimentConfig, workdir: str, dirs: Sequence[str], experiment: str,
+                  dataset: str | None, sets: Sequence[str]) -> bool:
+  """Trains every member at once (each resumes if it can); True when all of them finished.
+
+  A SIGTERM or SIGINT (Ctrl-C) is passed on to every member once per signal: the first makes
+  each checkpoint after its current step and exit, a second stops them at once, as for one run.
+  """
+  n = len(dirs)
+  shares = core_shares(os.sched_getaffinity(0), n) if hasattr(os, "sched_getaffinity") else None
+  if shares is None:
+    print(f"warning: fewer CPU cores than the {n} members; they share all cores", flush=True)
+  procs, relays = [], []
+  for i, member in enumerate(dirs):
+    os.makedirs(member, exist_ok=True)
+    cmd = member_command(cfg, member, i, experiment, dataset, sets)
+    where = f"cores {','.join(map(str, shares[i]))}" if shares else "all cores"
+    print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
+          flush=True)
+    share = shares[i] if shares else None
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        # Our own session: a Ctrl-C reaches the members once, through us, not twice.
+        start_new_session=True,
+        preexec_fn=(lambda s=share: os.sched_setaffinity(0, s)) if share else None)
+    procs.append(proc)
+    relay = threading.Thread(target=_relay, args=(proc, f"[member {i}] ",
+                                                  os.path.join(member, "train.log")), daemon=True)
+    relay.start()
+    relays.append(relay)
+
+  signalled = []
+
+  def forward(signum, frame):
+    signalled.append(signal.Signals(signum).name)
+    for proc in procs:
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+
+  old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    codes = [proc.wait() for proc in procs]
+  finally:
+    for s, handler in old.items():
+      signal.signal(s, handler)
+    for relay in relays:
+      relay.join(timeout=10)
+  failed = [(i, c) for i, c in enumerate(codes) if c != 0]
+  if failed:
+    raise UserError("; ".join(f"member {i} failed with exit code {c} (its log: "
+                              f"{os.path.join(dirs[i], 'train.log')})" for i, c in failed))
+  if signalled:
+    print(f"stopped on {signalled[0]}; resume with: python -m t2t_jax.main "
+          + " ".join(shlex.quote(a) for a in sys.argv[1:]), flush=True)
+    return False
+  return True
