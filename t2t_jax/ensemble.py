@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Sequence
 
 from t2t_jax.config import ExperimentConfig
@@ -50,16 +51,51 @@ def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experimen
   return cmd + ["--set", "ensemble.members=1", "--set", f"train.seed={cfg.train.seed + index}"]
 
 
-def _relay(proc: subprocess.Popen, prefix: str, log_path: str) -> None:
-  """Copies a member's output to its log file and, prefixed, to our stdout."""
-  with open(log_path, "a", encoding="utf-8") as log:
-    for line in proc.stdout:
-      log.write(line)
-      log.flush()
-      # absl/XLA warnings are in the member's log; the console gets the trainer's lines.
-      if not line.startswith(("W", "I")) or not line[1:5].isdigit():
-        sys.stdout.write(prefix + line)
-        sys.stdout.flush()
+# Set by the ensemble command for each member: the CPUs it may use and the command's pid.
+CPUS_ENV, PARENT_ENV = "T2T_JAX_MEMBER_CPUS", "T2T_JAX_MEMBER_PARENT"
+
+
+def setup_member() -> None:
+  """In a member, first thing: pin it to its cores, and watch the ensemble command: if it dies
+  (SIGKILL, a crash), the member gets one SIGTERM, as if passed on, so no orphan trains on:
+  it checkpoints and exits. (The kernel's parent-death signal can arrive once per thread of a
+  dying parent, and a second signal stops a run at once, before its checkpoint.)"""
+  cpus = os.environ.get(CPUS_ENV)
+  if cpus and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+  parent = os.environ.get(PARENT_ENV)
+  if not parent:
+    return
+
+  def watch():
+    while os.getppid() == int(parent):
+      time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=watch, name="ensemble-parent-watch", daemon=True).start()
+
+
+def _relay(proc: subprocess.Popen, log_path: str, offset: int, prefix: str) -> None:
+  """Follows a member's log from `offset` and copies its lines, prefixed, to our stdout until
+  the member exits. Members write to their log, not to a pipe of ours, so a member outlives
+  our death without a broken pipe interrupting its last checkpoint."""
+  with open(log_path, "rb") as log:  # bytes: a read may end inside a UTF-8 character
+    log.seek(offset)
+    partial = b""
+    while True:
+      done = proc.poll() is not None
+      lines = (partial + log.read()).split(b"\n")
+      partial = lines.pop()
+      for line in (raw.decode("utf-8", errors="replace") for raw in lines):
+        # absl/XLA warnings stay in the member's log; the console gets the trainer's lines.
+        if not (line[:1] in ("W", "I") and line[1:5].isdigit()):
+          sys.stdout.write(prefix + line + "\n")
+      sys.stdout.flush()
+      if done:
+        if partial:
+          sys.stdout.write(prefix + partial.decode("utf-8", errors="replace") + "\n")
+        return
+      time.sleep(0.2)
 
 
 def train_members(cfg: ExperimentConfig, workdir: str, dirs: Sequence[str], experiment: str,
@@ -81,14 +117,19 @@ def train_members(cfg: ExperimentConfig, workdir: str, dirs: Sequence[str], expe
     print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
           flush=True)
     share = shares[i] if shares else None
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-        # Our own session: a Ctrl-C reaches the members once, through us, not twice.
-        start_new_session=True,
-        preexec_fn=(lambda s=share: os.sched_setaffinity(0, s)) if share else None)
+    log_path = os.path.join(member, "train.log")
+    with open(log_path, "a", encoding="utf-8") as log:
+      offset = log.tell()
+      env = {**os.environ, PARENT_ENV: str(os.getpid())}
+      if share:
+        env[CPUS_ENV] = ",".join(map(str, share))
+      proc = subprocess.Popen(
+          cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+          # Our own session: a Ctrl-C reaches the members once, through us, not twice.
+          start_new_session=True)
     procs.append(proc)
-    relay = threading.Thread(target=_relay, args=(proc, f"[member {i}] ",
-                                                  os.path.join(member, "train.log")), daemon=True)
+    relay = threading.Thread(target=_relay, args=(proc, log_path, offset, f"[member {i}] "),
+                             daemon=True)
     relay.start()
     relays.append(relay)
 

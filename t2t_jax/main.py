@@ -238,6 +238,8 @@ def _main_guarded(argv: list[str]) -> None:
 
 
 def run() -> None:
+  from t2t_jax import ensemble
+  ensemble.setup_member()  # a member of an ensemble run: its cores, stop if the command dies
   hostmem.reexec_with_huge_pages()
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

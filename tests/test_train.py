@@ -369,24 +369,45 @@ def test_core_shares_are_disjoint_and_cover_the_cores():
   assert core_shares([0], 2) is None  # fewer cores than members: they share
 
 
-def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
-  """`ensemble.members=2`: one command trains two seeds at once in WORKDIR/member<i>/, passes
-  a SIGTERM on to both (each checkpoints; the same command resumes them), and decodes the
-  dev and test splits with both models."""
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
-  cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "train.max_train_minutes": 0.3,
-                                       "model.dropout": 0.1})
+def _processes_with(text):
+  """PIDs whose command line contains `text`."""
+  pids = []
+  for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    try:
+      if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+        pids.append(int(cmdline.parent.name))
+    except OSError:
+      pass
+  return pids
+
+
+def _start_ensemble_and_signal(cmd, env, signum):
+  """Starts an ensemble run, signals it once both members have logged a training step, and
+  returns its output."""
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
-  seen = set()
+  seen, out = set(), ""
   for line in proc.stdout:
+    out += line
     if "| loss" in line and line.startswith("[member "):
       seen.add(line.split("]")[0])
     if len(seen) == 2:
       break
-  proc.send_signal(signal.SIGTERM)
-  out = line + proc.stdout.read()
-  assert proc.wait(timeout=300) == 0, out[-3000:]
+  proc.send_signal(signum)
+  out += proc.stdout.read()
+  code = proc.wait(timeout=300)
+  assert code == (0 if signum != signal.SIGKILL else -signal.SIGKILL), out[-3000:]
+  return out
+
+
+def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
+  """`ensemble.members=2`: one command trains two seeds at once in WORKDIR/member<i>/, passes
+  a SIGTERM on to both (each checkpoints; the same command resumes them), stops them if it is
+  killed, and decodes the dev and test splits with both models."""
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+  cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "train.max_train_minutes": 0.3,
+                                       "model.dropout": 0.1})
+  out = _start_ensemble_and_signal(cmd, env, signal.SIGTERM)
   assert "stopped on SIGTERM; resume with:" in out, out[-3000:]
   for i in range(2):
     member = tmp_path / f"member{i}"
@@ -394,6 +415,20 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
     assert json.loads((member / "experiment.json").read_text())["config"]["train"]["seed"] == i
     assert list((member / "checkpoints").iterdir()) and not (member / "eval").exists()
     assert "stopped at step" in (member / "train.log").read_text()
+
+  # SIGKILL to the command itself: each member sees it gone and stops as on one SIGTERM (no
+  # orphans go on training), checkpointing where it is.
+  before = [sorted(int(p.name) for p in (tmp_path / f"member{i}" / "checkpoints").iterdir()
+                   if p.name.isdigit()) for i in range(2)]
+  _start_ensemble_and_signal(cmd, env, signal.SIGKILL)
+  deadline = time.time() + 120
+  while _processes_with(f"--workdir={tmp_path}/member") and time.time() < deadline:
+    time.sleep(0.5)
+  assert not _processes_with(f"--workdir={tmp_path}/member")
+  for i in range(2):
+    steps = sorted(int(p.name) for p in (tmp_path / f"member{i}" / "checkpoints").iterdir()
+                   if p.name.isdigit())
+    assert steps[-1] > before[i][-1], (before, steps)
 
   r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
