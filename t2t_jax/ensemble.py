@@ -98,7 +98,7 @@ def _relay(proc: subprocess.Popen, log_path: str, offset: int, prefix: str) -> N
       time.sleep(0.2)
 
 
-def train_members(cfg: ExperimentConfig, workdir: str, dirs: Sequence[str], experiment: str,
+def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
                   dataset: str | None, sets: Sequence[str]) -> bool:
   """Trains every member at once (each resumes if it can); True when all of them finished.
 

@@ -150,8 +150,9 @@ def main(argv: list[str]) -> None:
   elif FLAGS.mode == "train":
     run_train(cfg, workdir)
   elif FLAGS.mode == "average":
-    from t2t_jax import train
-    train.run_average(cfg, workdir)
+    from t2t_jax import evaluate, train
+    for member in evaluate.member_dirs(cfg, workdir):
+      train.run_average(cfg, member)
   elif FLAGS.mode == "eval":
     from t2t_jax import evaluate
     evaluate.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
@@ -194,7 +195,7 @@ def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
   train.write_run_info(cfg, workdir)
   input_pipeline.prepared_dir(cfg)  # once, before the members start
   dirs = evaluate.member_dirs(cfg, workdir)
-  if not ensemble.train_members(cfg, workdir, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
+  if not ensemble.train_members(cfg, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
     return
   if cfg.train.final_eval and not print_stored_eval(cfg, workdir, dirs):
     evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))

@@ -443,3 +443,9 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
   # A finished ensemble run started again trains nothing and prints the stored figures.
   r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0 and "training already finished" in r.stdout, r.stdout[-3000:]
+  # `--mode=average` of an ensemble workdir averages every member's checkpoints.
+  average_cmd = [a if a != "--mode=train" else "--mode=average" for a in cmd]
+  r = subprocess.run(average_cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  for i in range(2):
+    assert f"into {tmp_path / f'member{i}' / 'averaged'}" in r.stdout, r.stdout
