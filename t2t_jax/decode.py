@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import model, parallel
+from t2t_jax import mbr, model, parallel
 from t2t_jax.config import DecodeConfig, ModelConfig
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -206,9 +206,15 @@ class Translator:
 
   def translate_ids(self, sources: Sequence[list[int]]) -> list[list[int]]:
     """EOS-terminated source ids -> best hypothesis ids (without EOS), in input order."""
+    return [nbest[0][0] for nbest in self.nbest_ids(sources)]
+
+  def nbest_ids(self, sources: Sequence[list[int]]) -> list[list[tuple[list[int], float]]]:
+    """EOS-terminated source ids -> the beam's finished hypotheses (ids without EOS) with
+    their log-probabilities (without length penalty), best (penalised) first, in input
+    order. Slots the search left empty have log-probability -inf."""
     n_dev = len(self.devices)
     order = sorted(range(len(sources)), key=lambda j: len(sources[j]))
-    results: list[list[int]] = [[] for _ in sources]
+    results: list[list[tuple[list[int], float]]] = [[] for _ in sources]
     round8 = lambda n: -(-n // 8) * 8  # lengths in multiples of 8: few compiled shapes
     start = 0
     while start < len(order):
@@ -221,18 +227,33 @@ class Translator:
       batch = np.zeros((n_dev * per_dev, width), np.int32)
       for row, j in enumerate(chunk):
         batch[row, :len(sources[j])] = sources[j]
-      seqs, _ = self._search(self.params, batch.reshape(n_dev, per_dev, width))
-      best = np.asarray(seqs)[:, :, 0].reshape(n_dev * per_dev, -1)
+      seqs, scores = self._search(self.params, batch.reshape(n_dev, per_dev, width))
+      seqs = np.asarray(seqs).reshape(n_dev * per_dev, self.decode_cfg.beam_size, -1)
+      scores = np.asarray(scores).reshape(n_dev * per_dev, -1)
       for row, j in enumerate(chunk):
-        results[j] = strip(best[row])
+        nbest = []
+        for hyp, score in zip(seqs[row], scores[row]):
+          ids = strip(hyp)
+          if score <= NEG_INF / 2:
+            logp = -np.inf
+          else:  # the search ranked by log p / lp(|Y|), |Y| counting the EOS
+            logp = float(score) * length_penalty(len(ids) + 1.0, self.decode_cfg.alpha)
+          nbest.append((ids, logp))
+        results[j] = nbest
       start += len(chunk)
     return results
 
   def translate(self, sentences: Sequence[str]) -> list[str]:
     """Empty sentences give empty translations, so outputs stay aligned."""
     nonempty = [j for j, s in enumerate(sentences) if s.strip()]
-    ids = self.translate_ids(self.encode([sentences[j] for j in nonempty]))
+    sources = self.encode([sentences[j] for j in nonempty])
     out = [""] * len(sentences)
-    for j, hyp in zip(nonempty, ids):
-      out[j] = self.vocab.decode(hyp)
+    if not self.decode_cfg.mbr:
+      for j, hyp in zip(nonempty, self.translate_ids(sources)):
+        out[j] = self.vocab.decode(hyp)
+      return out
+    for j, nbest in zip(nonempty, self.nbest_ids(sources)):
+      texts = [self.vocab.decode(ids) for ids, _ in nbest]
+      out[j] = texts[mbr.select(texts, [logp for _, logp in nbest],
+                                self.decode_cfg.mbr_temperature)]
     return out

@@ -209,3 +209,36 @@ def test_ensemble_of_a_model_with_itself_is_that_model(params):
   twice = decode.beam_search([params, params], src, [TINY, TINY], 3, 0.6, 6)
   np.testing.assert_array_equal(np.asarray(single[0]), np.asarray(twice[0]))
   np.testing.assert_allclose(single[1], twice[1], atol=1e-5)
+
+
+def test_nbest_log_probs_are_the_hypotheses_log_probabilities(params):
+  from t2t_jax.config import DecodeConfig
+  tr = decode.Translator(params, TINY, DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=5),
+                         _IdVocab(), max_input_length=8)
+  sources = [[5, 6, 7, EOS_ID], [9, 4, EOS_ID]]
+  for src, nbest in zip(sources, tr.nbest_ids(sources)):
+    assert len(nbest) == 3
+    assert tr.translate_ids([src])[0] == nbest[0][0]
+    for ids, logp in nbest:
+      assert logp == pytest.approx(_full_logp(params, TINY, np.array(src, np.int32),
+                                              ids + [EOS_ID]), abs=1e-3)
+
+
+def test_mbr_output_is_the_beam_hypothesis_mbr_selects(params):
+  from t2t_jax import mbr
+  from t2t_jax.config import DecodeConfig
+  cfg = DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=5, mbr=True, mbr_temperature=2.0)
+  tr = decode.Translator(params, TINY, cfg, _IdVocab(), max_input_length=8)
+  sentences = ["5 6 7", "9 4", "", "8 8 8 8"]
+  out = tr.translate(sentences)
+  assert out[2] == ""
+  for sentence, got in zip([sentences[j] for j in (0, 1, 3)], [out[j] for j in (0, 1, 3)]):
+    nbest = tr.nbest_ids([tr.encode([sentence])[0]])[0]
+    texts = [" ".join(map(str, ids)) for ids, _ in nbest]
+    assert got == texts[mbr.select(texts, [lp for _, lp in nbest], 2.0)]
+  # One hypothesis leaves nothing to choose: MBR at beam 1 is the greedy translation.
+  greedy = dict(beam_size=1, alpha=0.6, max_extra_length=5)
+  plain = decode.Translator(params, TINY, DecodeConfig(**greedy), _IdVocab(), max_input_length=8)
+  with_mbr = decode.Translator(params, TINY, DecodeConfig(**greedy, mbr=True), _IdVocab(),
+                               max_input_length=8)
+  assert with_mbr.translate(sentences) == plain.translate(sentences)
