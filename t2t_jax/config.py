@@ -106,7 +106,7 @@ class DecodeConfig:
   min_length: int = 1
   # Not in the paper: output the beam hypothesis with the highest expected sentence BLEU
   # against the beam's others (minimum Bayes risk, t2t_jax/mbr.py) instead of the top-scoring
-  # one, each weighted by p^(1/mbr_temperature). Worth a wider beam (8-16).
+  # one, each weighted by exp(beam score / mbr_temperature). Worth a wider beam (8).
   mbr: bool = False
   mbr_temperature: float = 1.0
 

@@ -210,8 +210,8 @@ class Translator:
 
   def nbest_ids(self, sources: Sequence[list[int]]) -> list[list[tuple[list[int], float]]]:
     """EOS-terminated source ids -> the beam's finished hypotheses (ids without EOS) with
-    their log-probabilities (without length penalty), best (penalised) first, in input
-    order. Slots the search left empty have log-probability -inf."""
+    the scores the search ranked them by, log p(Y) / lp(|Y|) with |Y| counting the EOS, best
+    first, in input order. Slots the search left empty score -inf."""
     n_dev = len(self.devices)
     order = sorted(range(len(sources)), key=lambda j: len(sources[j]))
     results: list[list[tuple[list[int], float]]] = [[] for _ in sources]
@@ -233,12 +233,7 @@ class Translator:
       for row, j in enumerate(chunk):
         nbest = []
         for hyp, score in zip(seqs[row], scores[row]):
-          ids = strip(hyp)
-          if score <= NEG_INF / 2:
-            logp = -np.inf
-          else:  # the search ranked by log p / lp(|Y|), |Y| counting the EOS
-            logp = float(score) * length_penalty(len(ids) + 1.0, self.decode_cfg.alpha)
-          nbest.append((ids, logp))
+          nbest.append((strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score)))
         results[j] = nbest
       start += len(chunk)
     return results
@@ -254,6 +249,6 @@ class Translator:
       return out
     for j, nbest in zip(nonempty, self.nbest_ids(sources)):
       texts = [self.vocab.decode(ids) for ids, _ in nbest]
-      out[j] = texts[mbr.select(texts, [logp for _, logp in nbest],
+      out[j] = texts[mbr.select(texts, [score for _, score in nbest],
                                 self.decode_cfg.mbr_temperature)]
     return out

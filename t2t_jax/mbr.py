@@ -2,8 +2,11 @@
 
 Not in the paper, which outputs the beam's highest-scoring hypothesis. MBR
 (Kumar & Byrne 2004) outputs instead the hypothesis with the highest expected
-sentence BLEU against the others, each weighted by its model probability: the
-consensus of the beam, which is what the corpus BLEU that is reported rewards.
+sentence BLEU against the others, each weighted by the exponential of its beam
+score: the consensus of the beam, which is what the corpus BLEU that is reported
+rewards. The beam scores are length-normalised log-probabilities, log p / lp(|Y|);
+on Multi30k's valid split they weighted better than raw log-probabilities, which
+favour short hypotheses (experiments/results/multi30k_ende/README.md).
 The utility is sacreBLEU's own sentence BLEU (13a tokens, 'exp' smoothing,
 effective order) computed from n-gram counts made once per hypothesis.
 """
@@ -47,20 +50,21 @@ def utility_matrix(hyps: Sequence[str]) -> list[list[float]]:
   return [[_sentence_bleu(h, r) for r in stats] for h in stats]
 
 
-def select(hyps: Sequence[str], log_probs: Sequence[float], temperature: float = 1.0) -> int:
+def select(hyps: Sequence[str], scores: Sequence[float], temperature: float = 1.0) -> int:
   """Index of the hypothesis with the highest expected BLEU against all of `hyps`.
 
-  Each hypothesis is weighted by p^(1/temperature), normalised over the list: the beam is
-  the only sample of the model's distribution we have. Hypotheses with -inf (or the beam's
-  finite "no hypothesis" sentinel) weigh nothing and are never chosen. Ties go to the
-  earlier hypothesis, i.e. the beam's order.
+  Each hypothesis is weighted by exp(score / temperature), normalised over the list (with
+  log-probabilities as scores, p^(1/temperature)): the beam is the only sample of the
+  model's distribution we have. Hypotheses with -inf (or the beam's finite "no hypothesis"
+  sentinel) weigh nothing and are never chosen. Ties go to the earlier hypothesis, i.e. the
+  beam's order.
   """
-  if len(hyps) != len(log_probs):
-    raise ValueError(f"{len(hyps)} hypotheses but {len(log_probs)} scores")
-  best_logp = max(log_probs)
-  if best_logp == -math.inf:
+  if len(hyps) != len(scores):
+    raise ValueError(f"{len(hyps)} hypotheses but {len(scores)} scores")
+  best_score = max(scores)
+  if best_score == -math.inf:
     return 0
-  weights = [math.exp((lp - best_logp) / temperature) for lp in log_probs]
+  weights = [math.exp((lp - best_score) / temperature) for lp in scores]
   # Deduplicate: the same string reached through different subword segmentations pools its
   # probability, as it would in a sample.
   pooled: dict[str, float] = {}

@@ -211,7 +211,7 @@ def test_ensemble_of_a_model_with_itself_is_that_model(params):
   np.testing.assert_allclose(single[1], twice[1], atol=1e-5)
 
 
-def test_nbest_log_probs_are_the_hypotheses_log_probabilities(params):
+def test_nbest_scores_are_the_hypotheses_penalised_log_probabilities(params):
   from t2t_jax.config import DecodeConfig
   tr = decode.Translator(params, TINY, DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=5),
                          _IdVocab(), max_input_length=8)
@@ -219,9 +219,9 @@ def test_nbest_log_probs_are_the_hypotheses_log_probabilities(params):
   for src, nbest in zip(sources, tr.nbest_ids(sources)):
     assert len(nbest) == 3
     assert tr.translate_ids([src])[0] == nbest[0][0]
-    for ids, logp in nbest:
-      assert logp == pytest.approx(_full_logp(params, TINY, np.array(src, np.int32),
-                                              ids + [EOS_ID]), abs=1e-3)
+    for ids, score in nbest:
+      logp = _full_logp(params, TINY, np.array(src, np.int32), ids + [EOS_ID])
+      assert score == pytest.approx(logp / decode.length_penalty(len(ids) + 1, 0.6), abs=1e-3)
 
 
 def test_mbr_output_is_the_beam_hypothesis_mbr_selects(params):
