@@ -17,6 +17,7 @@ while bf16-in/bf16-out dots would be slower (see REFERENCE.md).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -64,7 +65,40 @@ def make_dot_general(cfg: ModelConfig) -> Callable[..., Array]:
 
 def einsum(cfg: ModelConfig, spec: str, a: Array, b: Array) -> Array:
   dt = _compute_dtype(cfg)
+  if dt == jnp.bfloat16 and jax.default_backend() == "cpu":
+    return _bf16_einsum_f32_grad(spec, a, b)
   return jnp.einsum(spec, a.astype(dt), b.astype(dt), preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _bf16_einsum_f32_grad(spec: str, a: Array, b: Array) -> Array:
+  """A bf16 x bf16 -> f32 einsum whose gradient dots run in float32.
+
+  XLA:CPU (jax 0.10) fails at run time on some of the bf16 x bf16 -> f32 dots that autodiff
+  makes of the batched attention and logits einsums ("UNIMPLEMENTED: Unsupported element type
+  for DotThunk::Execute: BF16 x BF16 = F32"); the forward dots, where bf16 pays, work.
+  """
+  return jnp.einsum(spec, a.astype(jnp.bfloat16), b.astype(jnp.bfloat16),
+                    preferred_element_type=jnp.float32)
+
+
+def _bf16_einsum_fwd(spec, a, b):
+  return _bf16_einsum_f32_grad(spec, a, b), (a, b)
+
+
+def _bf16_einsum_bwd(spec, residuals, g):
+  a, b = residuals
+  inputs, out = spec.split("->")
+  sa, sb = inputs.split(",")
+  # Each operand's gradient is the einsum of the output's cotangent with the other operand;
+  # this needs every operand index in the output or the other operand (true of our specs).
+  assert set(sa) <= set(out) | set(sb) and set(sb) <= set(out) | set(sa), spec
+  da = jnp.einsum(f"{out},{sb}->{sa}", g, b.astype(jnp.float32))
+  db = jnp.einsum(f"{sa},{out}->{sb}", a.astype(jnp.float32), g)
+  return da.astype(a.dtype), db.astype(b.dtype)
+
+
+_bf16_einsum_f32_grad.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
 
 
 def _mix32(h: Array) -> Array:
@@ -110,6 +144,8 @@ def _tied_logits_fwd(y, embedding, cfg):
 
 def _tied_logits_bwd(cfg, residuals, g):
   y, embedding = residuals
+  if jax.default_backend() == "cpu":  # float32 gradient dots on CPU: see _bf16_einsum_f32_grad
+    cfg = dataclasses.replace(cfg, dtype="float32")
   dy = einsum(cfg, "blv,vd->bld", g, embedding)
   d_embedding = einsum(cfg, "bld,blv->dv", y, g).T
   return dy.astype(y.dtype), d_embedding.astype(embedding.dtype)
