@@ -231,10 +231,8 @@ class Translator:
       seqs = np.asarray(seqs).reshape(n_dev * per_dev, self.decode_cfg.beam_size, -1)
       scores = np.asarray(scores).reshape(n_dev * per_dev, -1)
       for row, j in enumerate(chunk):
-        nbest = []
-        for hyp, score in zip(seqs[row], scores[row]):
-          nbest.append((strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score)))
-        results[j] = nbest
+        results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
+                      for hyp, score in zip(seqs[row], scores[row])]
       start += len(chunk)
     return results
 

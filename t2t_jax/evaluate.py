@@ -114,7 +114,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
   for split in splits or evaluation_splits(cfg):
     sources, refs = ds.raw(split)
     start = time.time()
-    mbr_note = (f", MBR temperature {cfg.decode.mbr_temperature}" if cfg.decode.mbr else "")
+    mbr_note = f", MBR temperature {cfg.decode.mbr_temperature}" if cfg.decode.mbr else ""
     print(f"decoding {split}: {len(sources)} sentences (beam {cfg.decode.beam_size}, "
           f"alpha {cfg.decode.alpha}{mbr_note}) with {label}", flush=True)
     hyps = translator.translate(sources)
@@ -125,7 +125,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     result = {"split": split, "sacrebleu": round(score, 2), "tokenized_bleu": round(tok_score, 2),
               "signature": signature, "checkpoint": label, "num_sentences": len(hyps),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
-              "min_length": cfg.decode.min_length, **_mbr_fields(cfg), "decode_seconds": round(seconds, 1),
+              "min_length": cfg.decode.min_length, **_mbr_fields(cfg),
+              "decode_seconds": round(seconds, 1),
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
     if len(dirs) > 1:
       result["ensemble"] = dirs
