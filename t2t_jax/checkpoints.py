@@ -7,6 +7,7 @@ newest complete one. Training never resumes from the averaged directory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from t2t_jax.config import ExperimentConfig
+from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
 
 
 def _abstract(tree: Any) -> Any:
@@ -63,6 +64,26 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+RUN_INFO = "experiment.json"  # what a workdir was trained with, written when training starts
+
+
+def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | None:
+  """The experiment name and the model and data settings a workdir was trained with (as
+  dicts), or None before its first run.
+
+  A field added to the configs since that run is absent from its record; its default is
+  the old behaviour, so it is filled in.
+  """
+  path = os.path.join(workdir, RUN_INFO)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    info = json.load(f)
+  sections = {"model": ModelConfig, "data": DataConfig}
+  return info["experiment"], {key: {**dataclasses.asdict(cls()), **info["config"][key]}
+                              for key, cls in sections.items()}
 
 
 def averaged_dir(workdir: str) -> str:

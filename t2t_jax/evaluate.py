@@ -15,7 +15,7 @@ import time
 from typing import Any, Sequence, TextIO
 
 from t2t_jax import bleu, checkpoints, decode, input_pipeline
-from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig, evaluation_splits
+from t2t_jax.config import ExperimentConfig, ModelConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
 
@@ -51,14 +51,11 @@ def load_ensemble(cfg: ExperimentConfig, dirs: Sequence[str]
   """
   members = []
   for member in dirs:
-    info = os.path.join(member, "experiment.json")
-    if not os.path.exists(info):
-      raise UserError(f"ensemble member {member} holds no trained run (no experiment.json)")
-    with open(info) as f:
-      recorded = json.load(f)["config"]
-    # A field added since that run is absent from its record; its default is the old behaviour.
-    data = {**dataclasses.asdict(DataConfig()), **recorded["data"]}
-    model_cfg = ModelConfig(**{**dataclasses.asdict(ModelConfig()), **recorded["model"]})
+    found = checkpoints.recorded_settings(member)
+    if found is None:
+      raise UserError(f"ensemble member {member} holds no trained run "
+                      f"(no {checkpoints.RUN_INFO})")
+    data, model_cfg = found[1]["data"], ModelConfig(**found[1]["model"])
     differ = [f"data.{k}" for k, v in dataclasses.asdict(cfg.data).items() if data.get(k) != v]
     if model_cfg.vocab_size != cfg.model.vocab_size:
       differ.append("model.vocab_size")

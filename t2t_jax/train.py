@@ -254,20 +254,17 @@ def _fmt_time(seconds: float) -> str:
 def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   """Refuses a workdir trained with another experiment, model, data or vocabulary."""
   import dataclasses
-  path = os.path.join(workdir, "experiment.json")
-  if not os.path.exists(path):
+  found = checkpoints.recorded_settings(workdir)
+  if found is None:
     return
-  with open(path) as f:
-    old = json.load(f)
-  new = dataclasses.asdict(cfg)
-  if old["experiment"] != cfg.name:
-    raise UserError(f"{workdir} was trained with experiment {old['experiment']!r}, not "
+  experiment, recorded = found
+  if experiment != cfg.name:
+    raise UserError(f"{workdir} was trained with experiment {experiment!r}, not "
                     f"{cfg.name!r}; use another --workdir")
-  for key in ("model", "data"):
-    # A field added since that run is absent from its record; its default is the old behaviour.
-    recorded = {**dataclasses.asdict(type(getattr(cfg, key))()), **old["config"][key]}
-    if recorded != new[key]:
-      diff = sorted(k for k in new[key] if recorded.get(k) != new[key][k])
+  for key, old in recorded.items():
+    new = dataclasses.asdict(getattr(cfg, key))
+    if old != new:
+      diff = sorted(k for k in new if old.get(k) != new[k])
       raise UserError(f"{workdir} was trained with different {key} settings "
                       f"({', '.join(f'{key}.{k}' for k in diff)}) than asked for; "
                       f"use another --workdir")
@@ -277,7 +274,7 @@ def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   """Records what the workdir was trained with; a mismatching later run is refused."""
   import dataclasses
   check_run_info(cfg, workdir)
-  path = os.path.join(workdir, "experiment.json")
+  path = os.path.join(workdir, checkpoints.RUN_INFO)
   with open(path + ".tmp", "w") as f:
     json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg)}, f, indent=2)
   os.replace(path + ".tmp", path)
