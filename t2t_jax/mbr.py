@@ -64,7 +64,7 @@ def select(hyps: Sequence[str], scores: Sequence[float], temperature: float = 1.
   best_score = max(scores)
   if best_score == -math.inf:
     return 0
-  weights = [math.exp((lp - best_score) / temperature) for lp in scores]
+  weights = [math.exp((s - best_score) / temperature) for s in scores]
   # Deduplicate: the same string reached through different subword segmentations pools its
   # probability, as it would in a sample.
   pooled: dict[str, float] = {}
