@@ -145,7 +145,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
                   for k in ("inputs", "targets")}
   batch_arrays = parallel.shard(batch_arrays, num_devices)
-  rngs = parallel.replicate(train.step_rng(0, 0), num_devices)
+  rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
   start = time.perf_counter()
   state, metrics = p_train(state, batch_arrays, rngs)
   jax.block_until_ready(metrics)
@@ -251,7 +251,7 @@ def run_profile(workload: str | None) -> None:
     p_train, _ = train.make_steps(c, optimizer, devices=jax.local_devices()[:1])
     st = parallel.replicate(state, 1)
     b = parallel.shard({k: np.asarray(v)[None, None] for k, v in tokens.items()}, 1)
-    r = parallel.replicate(train.step_rng(0, 0), 1)
+    r = parallel.replicate(jax.random.PRNGKey(0), 1)
     box = [st]
 
     def one():

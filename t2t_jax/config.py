@@ -92,6 +92,13 @@ class TrainConfig:
   max_train_minutes: float = 0.0
   # False: the final evaluation decodes the dev split only (Table 3 reports dev figures).
   final_eval_test: bool = True
+  # Multi-process jobs agree on stopping (signals, time budget, time-based checkpoints) every
+  # this many steps, and at log and checkpoint steps: each agreement waits for the devices,
+  # so doing it every step would keep the host from running ahead. One process decides
+  # every step.
+  sync_every_steps: int = 10
+  # Batches assembled and placed on the devices ahead of the step that uses them.
+  prefetch_batches: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +278,8 @@ def validate(cfg: ExperimentConfig) -> None:
               "train.max_tokens_per_batch": t.max_tokens_per_batch,
               "train.warmup_steps": t.warmup_steps,
               "train.keep_checkpoints": t.keep_checkpoints,
+              "train.sync_every_steps": t.sync_every_steps,
+              "train.prefetch_batches": t.prefetch_batches,
               "decode.beam_size": d.beam_size, "average.last": cfg.average.last,
               "ensemble.members": cfg.ensemble.members,
               "data.max_length": cfg.data.max_length}

@@ -246,9 +246,24 @@ class _Split:
   tgt_start: np.ndarray
   tgt_len: np.ndarray
 
-  def example(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-    s, t = self.src_start[i], self.tgt_start[i]
-    return (self.src_flat[s:s + self.src_len[i]], self.tgt_flat[t:t + self.tgt_len[i]])
+  def rows(self, ids: np.ndarray, length: int, total_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, targets) [total_rows, length]: example `ids[r]` in row r, each side cut to
+    length - 1 tokens, then EOS, then PAD; rows past len(ids) are all PAD."""
+    return (_gather_rows(self.src_flat, self.src_start[ids], self.src_len[ids], length, total_rows),
+            _gather_rows(self.tgt_flat, self.tgt_start[ids], self.tgt_len[ids], length, total_rows))
+
+
+def _gather_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, length: int,
+                 total_rows: int) -> np.ndarray:
+  """One numpy gather from the flat token array instead of a Python loop over examples."""
+  out = np.full((total_rows, length), PAD_ID, np.int32)
+  n = np.minimum(lengths, length - 1)
+  cols = np.arange(length)
+  inside = cols < n[:, None]
+  rows = out[:len(starts)]
+  rows[inside] = flat[(starts[:, None] + cols)[inside]]
+  rows[np.arange(len(starts)), n] = EOS_ID
+  return out
 
 
 def _load_split(directory: str, split: str) -> _Split:
@@ -325,21 +340,12 @@ class Dataset:
 
   def _assemble(self, ids: np.ndarray, length: int, bucket_rows: int) -> dict[str, np.ndarray]:
     """[process_count * num_devices * accum, m, L] global layout -> this process's share."""
-    micro_batches = self.num_devices * self.process_count * self.accum_steps
     rows = self._micro_rows(bucket_rows)
-    shape = (micro_batches * rows, length)
-    per_process = shape[0] // self.process_count
-    lo = self.process_index * per_process
-    inputs, targets = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
-    for r in range(lo, min(lo + per_process, len(ids))):
-      src, tgt = self.train.example(int(ids[r]))
-      inputs[r, :len(src)] = src
-      inputs[r, len(src)] = EOS_ID
-      targets[r, :len(tgt)] = tgt
-      targets[r, len(tgt)] = EOS_ID
+    per_process = self.num_devices * self.accum_steps * rows
+    mine = ids[self.process_index * per_process:(self.process_index + 1) * per_process]
+    inputs, targets = self.train.rows(mine, length, per_process)
     local = (self.num_devices, self.accum_steps, rows, length)
-    return {"inputs": inputs[lo:lo + per_process].reshape(local),
-            "targets": targets[lo:lo + per_process].reshape(local)}
+    return {"inputs": inputs.reshape(local), "targets": targets.reshape(local)}
 
   def batch(self, step: int) -> dict[str, np.ndarray]:
     """int32 {"inputs", "targets"} [devices, accum, batch, length] for optimiser step `step`."""
@@ -367,26 +373,28 @@ class Dataset:
 
   def eval_batches(self, split: str, batch_tokens: int | None = None
                    ) -> Iterator[dict[str, np.ndarray]]:
-    """Every example of `split` once (longer ones truncated), [devices, batch, length]."""
+    """Every example of `split` once (longer ones truncated), [devices, batch, length].
+
+    In a multi-process job each process yields its own share of every global
+    batch (all processes yield the same number of batches), so a loss summed
+    over the global devices counts each example once.
+    """
     data = self.split(split)
     max_len = self.cfg.data.max_length
     lengths = np.minimum(np.maximum(data.src_len, data.tgt_len) + 1, max_len)
     order = np.argsort(lengths, kind="stable")
     budget = batch_tokens or self.cfg.train.max_tokens_per_batch
+    devices = self.num_devices * self.process_count
     i = 0
     while i < len(order):
       length = int(self.boundaries[np.searchsorted(self.boundaries, lengths[order[i]])])
       rows = max(1, budget // length)
-      chunk = order[i:i + rows * self.num_devices]
+      chunk = order[i:i + rows * devices]
       length = int(self.boundaries[np.searchsorted(self.boundaries, lengths[chunk].max())])
-      per_dev = -(-len(chunk) // self.num_devices)
-      inputs = np.zeros((self.num_devices * per_dev, length), np.int32)
-      targets = np.zeros_like(inputs)
-      for r, j in enumerate(chunk):
-        src, tgt = data.example(int(j))
-        src, tgt = src[:length - 1], tgt[:length - 1]
-        inputs[r, :len(src)], inputs[r, len(src)] = src, EOS_ID
-        targets[r, :len(tgt)], targets[r, len(tgt)] = tgt, EOS_ID
+      per_dev = -(-len(chunk) // devices)
+      per_process = self.num_devices * per_dev
+      mine = chunk[self.process_index * per_process:(self.process_index + 1) * per_process]
+      inputs, targets = data.rows(mine, length, per_process)
       yield {"inputs": inputs.reshape(self.num_devices, per_dev, length),
              "targets": targets.reshape(self.num_devices, per_dev, length)}
       i += len(chunk)

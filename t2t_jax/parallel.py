@@ -7,10 +7,15 @@ the slices of its own local devices (the leading axis of every array here).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import queue
+import threading
+import time
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 # The pmap axis of every step. Arrays placed by `replicate`/`shard` carry it in
 # their sharding, so a step's first call sees the same input shardings as the
@@ -32,13 +37,24 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                                num_processes=num_processes, process_id=process_id)
 
 
-def _pmap_identity(n_devices: int | None, local_only: bool):
+@functools.lru_cache(maxsize=None)
+def device_sharding(n_devices: int) -> NamedSharding:
+  """How a pmapped step's inputs and outputs lie: axis 0 split over the first n local devices.
+
+  `jax.pmap` is a jitted shard_map whose compiled form is cached per input
+  sharding: placing every input with this one sharding (the one the step's
+  outputs carry) is what keeps the step from compiling again. `jax.device_put`
+  with it compiles nothing; in a multi-process job pmap itself turns these
+  host-local arrays into its global ones.
+  """
+  return NamedSharding(Mesh(np.array(jax.local_devices()[:n_devices]), (AXIS,)), P(AXIS))
+
+
+def _device_count(n_devices: int | None, local_only: bool) -> int:
   n = n_devices or jax.local_device_count()
-  if jax.process_count() > 1 and not local_only:
-    if n != jax.local_device_count():
-      raise ValueError("a multi-process step uses every local device")
-    return jax.pmap(lambda x: x, axis_name=AXIS)  # this process's slice of the global devices
-  return jax.pmap(lambda x: x, axis_name=AXIS, devices=jax.local_devices()[:n])
+  if jax.process_count() > 1 and not local_only and n != jax.local_device_count():
+    raise ValueError("a multi-process step uses every local device")
+  return n
 
 
 def replicate(tree: Any, n_devices: int | None = None, local_only: bool = False) -> Any:
@@ -47,10 +63,10 @@ def replicate(tree: Any, n_devices: int | None = None, local_only: bool = False)
   `local_only` places it for a pmap over this process's devices alone (decoding
   on one host of a multi-process job); otherwise for the global step.
   """
-  n = n_devices or jax.local_device_count()
+  n = _device_count(n_devices, local_only)
   stacked = jax.tree_util.tree_map(
       lambda x: np.broadcast_to(np.asarray(x), (n,) + np.shape(x)), tree)
-  return _pmap_identity(n, local_only)(stacked)
+  return jax.device_put(stacked, device_sharding(n))
 
 
 def unreplicate(tree: Any) -> Any:
@@ -67,20 +83,88 @@ def first(x: Any) -> np.ndarray:
 
 def shard(tree: Any, n_devices: int | None = None, local_only: bool = False) -> Any:
   """Places a host pytree whose leading axis is the local device axis onto the devices."""
-  return _pmap_identity(n_devices, local_only)(tree)
+  return jax.device_put(tree, device_sharding(_device_count(n_devices, local_only)))
 
 
-def all_processes_agree(flag: bool) -> bool:
-  """True if `flag` is true on any process (a stop decision all processes must share)."""
+def agree(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]:
+  """Each flag OR-ed over all processes, and the latest of their clock readings.
+
+  Stop, budget and checkpoint decisions must be the same on every process, or
+  one would wait for the others in a collective forever. One exchange carries
+  them all; it blocks until this process's queued steps are done, so the
+  training loop calls it at intervals, not every step.
+  """
   if jax.process_count() == 1:
-    return flag
+    return list(flags), clock
   from jax.experimental import multihost_utils
-  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+  mine = np.asarray([float(f) for f in flags] + [clock], np.float64)
+  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, len(mine))
+  return [bool(x) for x in every[:, :-1].max(axis=0)], float(every[:, -1].max())
 
 
-def agreed_max(value: float) -> float:
-  """The largest of the processes' values (a clock reading all processes must act on alike)."""
-  if jax.process_count() == 1:
-    return value
-  from jax.experimental import multihost_utils
-  return float(np.max(multihost_utils.process_allgather(np.asarray(value, np.float64))))
+class Prefetcher:
+  """Yields `produce(start)`, `produce(start + 1)`, ... placed on the devices, each made
+  ahead in a background thread while the devices run the step before it.
+
+  `produce` must be a pure function of the step, so prefetching changes nothing in what
+  training sees. An exception in the thread is raised by the `next()` that would have
+  returned its batch, never a hang. `wait_sec` is the time `next()` spent waiting for a
+  batch (the devices idle for want of input, as far as the host can tell) and `cpu_sec`
+  the thread's own CPU time.
+  """
+
+  def __init__(self, produce: Callable[[int], Any], start: int, size: int,
+               place: Callable[[Any], Any]):
+    self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
+    self._stop = threading.Event()
+    self.wait_sec = 0.0
+    self.cpu_sec = 0.0
+    self._thread = threading.Thread(target=self._run, args=(produce, start, place),
+                                    name="prefetch", daemon=True)
+    self._thread.start()
+
+  def _run(self, produce, step, place) -> None:
+    try:
+      while not self._stop.is_set():
+        cpu = time.thread_time()
+        item = place(produce(step))
+        self.cpu_sec += time.thread_time() - cpu
+        self._put(item)
+        step += 1
+    except BaseException as e:  # handed to the consumer, which raises it
+      self._put(_Failure(e))
+
+  def _put(self, item) -> None:
+    while not self._stop.is_set():
+      try:
+        self._queue.put(item, timeout=0.1)
+        return
+      except queue.Full:
+        continue
+
+  def __iter__(self) -> "Prefetcher":
+    return self
+
+  def __next__(self) -> Any:
+    start = time.perf_counter()
+    while True:
+      try:
+        item = self._queue.get(timeout=1.0)
+        break
+      except queue.Empty:
+        if not self._thread.is_alive():
+          raise RuntimeError("the input thread ended without a batch or an error") from None
+    self.wait_sec += time.perf_counter() - start
+    if isinstance(item, _Failure):
+      self.close()
+      raise item.error
+    return item
+
+  def close(self) -> None:
+    self._stop.set()
+    self._thread.join(timeout=60)
+
+
+class _Failure:
+  def __init__(self, error: BaseException):
+    self.error = error

@@ -13,6 +13,7 @@ of (seed, step), so a checkpoint only needs the train state and its step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -121,9 +122,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
                axis_name: str = parallel.AXIS) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimiser update from a device's [accum, batch, length] share of the step.
 
+  `rng` is the run's key; the update's dropout key is derived from it and the
+  step counter on the devices (`step_rng`), so the host places nothing per step.
   `lr_factor` multiplies the scheduled learning rate (the time-budget cooldown): Adam's update
   is proportional to its rate, so scaling the update is exactly scaling the rate.
   """
+  rng = step_rng(rng, state.step + 1)
   rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))  # per device
   transformer = model.Transformer(cfg.model)
 
@@ -184,20 +188,19 @@ def make_steps(cfg: ExperimentConfig, optimizer: optax.GradientTransformation, d
 
 
 def evaluate_loss(p_eval, params, ds: input_pipeline.Dataset, split: str) -> dict[str, float]:
-  """Dev loss and per-wordpiece perplexity (Table 3's PPL column)."""
-  totals = {"loss": 0.0, "nll": 0.0, "tokens": 0.0}
-  for batch in ds.eval_batches(split):
-    out = p_eval(params, batch)
-    for k in totals:
-      totals[k] += float(parallel.first(out[k]))
+  """Dev loss and per-wordpiece perplexity (Table 3's PPL column), summed over the global
+  devices (each process feeds its share of every batch)."""
+  outs = [p_eval(params, parallel.shard(batch, ds.num_devices)) for batch in ds.eval_batches(split)]
+  totals = {k: sum(float(parallel.first(o[k])) for o in outs) for k in ("loss", "nll", "tokens")}
   tokens = max(totals["tokens"], 1.0)
   return {"dev_loss": totals["loss"] / tokens, "dev_nll": totals["nll"] / tokens,
           "dev_ppl": math.exp(min(totals["nll"] / tokens, 50.0))}
 
 
-def step_rng(seed: int, step: int) -> jax.Array:
-  """The dropout RNG of optimiser step `step`: a pure function, so resume is exact."""
-  return jax.random.fold_in(jax.random.PRNGKey(seed), step)
+def step_rng(run_key: jax.Array, step: jax.Array | int) -> jax.Array:
+  """The dropout key of optimiser update number `step` (1-based): a pure function of the
+  run's key (`PRNGKey(train.seed)`) and the step, so resume is exact."""
+  return jax.random.fold_in(run_key, step)
 
 
 class MetricsLog:
@@ -253,7 +256,6 @@ def _fmt_time(seconds: float) -> str:
 
 def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   """Refuses a workdir trained with another experiment, model, data or vocabulary."""
-  import dataclasses
   found = checkpoints.recorded_settings(workdir)
   if found is None:
     return
@@ -272,7 +274,6 @@ def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
 
 def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   """Records what the workdir was trained with; a mismatching later run is refused."""
-  import dataclasses
   check_run_info(cfg, workdir)
   path = os.path.join(workdir, checkpoints.RUN_INFO)
   with open(path + ".tmp", "w") as f:
@@ -340,6 +341,54 @@ class StopRequest:
       signal.signal(sig, handler)
 
 
+class CompileCounter:
+  """Counts XLA compilations in this process while open (a `with` block)."""
+
+  EVENT = "/jax/core/compile/backend_compile_duration"
+
+  def __init__(self):
+    self.count = 0
+
+  def _on_event(self, event: str, duration_secs: float, **kwargs) -> None:
+    del duration_secs, kwargs
+    if event == self.EVENT:
+      self.count += 1
+
+  def __enter__(self) -> "CompileCounter":
+    jax.monitoring.register_event_duration_secs_listener(self._on_event)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    jax.monitoring.unregister_event_duration_listener(self._on_event)
+
+
+@dataclasses.dataclass
+class LoopStats:
+  """What the training loop itself costs, per log window (the `host_*` fields of
+  metrics.jsonl) and over the run (`compiles_after_warmup`).
+
+  Host time is CPU time: the loop's own thread outside evaluation and checkpointing, plus
+  the input thread's batch assembly and placement. Waiting for the devices is not host
+  work, so a GPU or TPU hides this cost only if it stays well under the device's step.
+  """
+  steps: int = 0
+  loop_cpu_sec: float = 0.0
+  input_cpu_sec: float = 0.0
+  input_wait_sec: float = 0.0
+  compiles: int = 0
+  compiles_after_warmup: int = 0
+
+  def window(self, wall_sec: float) -> dict[str, float]:
+    """The log line's figures, then a new window (compilations are counted over the run)."""
+    steps = max(self.steps, 1)
+    out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + self.input_cpu_sec) / steps, 3),
+           "host_input_ms_per_step": round(1e3 * self.input_cpu_sec / steps, 3),
+           "input_wait_fraction": round(self.input_wait_sec / max(wall_sec, 1e-9), 4),
+           "compiles": self.compiles, "compiles_after_warmup": self.compiles_after_warmup}
+    self.steps, self.loop_cpu_sec, self.input_cpu_sec, self.input_wait_sec = 0, 0.0, 0.0, 0.0
+    return out
+
+
 def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                        ) -> tuple[TrainState, str | None, bool]:
   """Trains to `train.steps` (or `train.max_train_minutes`), checkpointing and evaluating as
@@ -373,21 +422,25 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   metrics_log = MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
   p_train, p_eval = make_steps(cfg, optimizer)
   state = parallel.replicate(state, n_dev)
+  run_key = parallel.replicate(jax.random.PRNGKey(t.seed), n_dev)
   last_ckpt_step, last_ckpt_time = start_step, time.time()
   start_time = time.time()
   window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
   pending = []
-  batches = ds.train_batches(start_step)
   budget = 60 * t.max_train_minutes
+  single = jax.process_count() == 1
+  stats, shapes_seen, evals_done = LoopStats(), set(), 0
+  factor_value, factor_on_devices = None, None
 
-  def read_budget() -> tuple[bool, float]:
-    """(budget spent, cooldown factor) from the training time across resumes, the same on
-    every process (the latest clock decides)."""
-    trained_sec = parallel.agreed_max(time.time() - start_time + metrics_log.elapsed_before)
-    return (budget > 0 and trained_sec >= budget,
+  def agreed(stop_requested: bool, checkpoint_due: bool) -> tuple[bool, bool, bool, float]:
+    """(stop, checkpoint due, budget spent, cooldown factor), the same on every process: the
+    flags of any process, and the training time across resumes by the latest clock."""
+    (stop_requested, checkpoint_due), trained_sec = parallel.agree(
+        [stop_requested, checkpoint_due], time.time() - start_time + metrics_log.elapsed_before)
+    return (stop_requested, checkpoint_due, budget > 0 and trained_sec >= budget,
             optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes))
 
-  budget_spent, lr_factor = read_budget()
+  _, _, budget_spent, lr_factor = agreed(False, False)
   if budget_spent:
     print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
 
@@ -406,37 +459,62 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     last_ckpt_step, last_ckpt_time = step, time.time()
     print(f"saved checkpoint {path}", flush=True)
 
+  # Batches for steps start_step + 1, ... (ds.batch counts from 0), made and placed ahead.
+  batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
+                                place=functools.partial(parallel.shard, n_devices=n_dev))
   try:
-    with StopRequest() as stop:
+    with StopRequest() as stop, CompileCounter() as compiles:
       for step in range(start_step + 1, t.steps + 1):
-        # Every process of a multi-process job must take the same number of steps.
-        if parallel.all_processes_agree(stop.signal_name is not None):
-          stop.signal_name = stop.signal_name or "a signal to another process"
-          break
         if budget_spent:
           break
+        cpu, compiled = time.thread_time(), compiles.count
         batch = next(batches)
-        state, metrics = p_train(state, batch, parallel.replicate(step_rng(t.seed, step), n_dev),
-                                 parallel.replicate(np.float32(lr_factor), n_dev))
+        if lr_factor != factor_value:  # changes only in a time-budget cooldown
+          factor_value = lr_factor
+          factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
+        if pending:
+          # At most two steps in flight: enough to hide the host's work behind the device's,
+          # and XLA:CPU's simulated devices can deadlock in their collectives with more.
+          jax.block_until_ready(pending[-1]["loss"])
+        state, metrics = p_train(state, batch, run_key, factor_on_devices)
         pending.append(metrics)
-        budget_spent, lr_factor = read_budget()
+        # Every process of a multi-process job must take the same steps and checkpoints.
+        stop_now = ckpt_due = False
+        if (single or step % t.sync_every_steps == 0 or step % t.log_every_steps == 0 or
+            step % t.checkpoint_every_steps == 0 or step % t.eval_every_steps == 0 or
+            step == t.steps):
+          stop_now, ckpt_due, budget_spent, lr_factor = agreed(
+              stop.signal_name is not None,
+              time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
+          if stop_now:
+            stop.signal_name = stop.signal_name or "a signal to another process"
         last = step == t.steps or budget_spent
         log_now = step % t.log_every_steps == 0 or last
         eval_now = step % t.eval_every_steps == 0 or last
-        ckpt_now = (step % t.checkpoint_every_steps == 0 or last or
-                    time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
+        ckpt_now = step % t.checkpoint_every_steps == 0 or last or ckpt_due
+        shape = batch["inputs"].shape
+        if shape in shapes_seen:
+          stats.compiles_after_warmup += compiles.count - compiled
+        shapes_seen.add(shape)
+        if log_now or eval_now or ckpt_now:
+          fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
+          pending = []
+          bad = int(parallel.first(state.bad_step))
+          if bad >= 0:
+            good = ckpt.steps()[-1] if ckpt.steps() else None
+            where = (f"checkpoint {good} in {ckpt.directory}" if good is not None
+                     else "no checkpoint")
+            raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
+                            f"is {where} (try a lower learning rate or float32)")
+          window_tokens += sum(float(m["tokens"]) for m in fetched)
+          window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+        stats.steps += 1
+        stats.loop_cpu_sec += time.thread_time() - cpu
+        stats.compiles = compiles.count
         if not (log_now or eval_now or ckpt_now):
+          if stop_now:
+            break
           continue
-        fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
-        pending = []
-        bad = int(parallel.first(state.bad_step))
-        if bad >= 0:
-          good = ckpt.steps()[-1] if ckpt.steps() else None
-          where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
-          raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint is "
-                          f"{where} (try a lower learning rate or float32)")
-        window_tokens += sum(float(m["tokens"]) for m in fetched)
-        window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
         values = {}
         if log_now:
           now = time.time()
@@ -444,6 +522,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           # Token-weighted mean over the steps since the last log line (or the resume): the
           # single step's loss jumps with its length bucket.
           loss_mean = window_loss / max(window_tokens, 1e-9)
+          stats.input_cpu_sec, stats.input_wait_sec = batches.cpu_sec, batches.wait_sec
+          batches.cpu_sec = batches.wait_sec = 0.0
+          host = stats.window(now - window_start)
           window_tokens, window_loss, window_start = 0.0, 0.0, now
           elapsed = now - start_time
           eta = elapsed / (step - start_step) * (t.steps - step)
@@ -453,7 +534,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
                     "loss_mean": round(loss_mean, 5),
                     "learning_rate": float(fetched[-1]["learning_rate"]),
-                    "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1)}
+                    "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 1),
+                    **host}
           if budget_spent:
             print(f"time budget of {t.max_train_minutes:g} min reached at step {step}",
                   flush=True)
@@ -463,9 +545,14 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                     f"fits the budget on this machine", flush=True)
           print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
                 f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
+                f"host {host['host_ms_per_step']:.1f} ms/step | "
                 f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
         if eval_now:
+          compiled = compiles.count
           dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
+          if evals_done:  # the first evaluation compiles each dev batch shape once
+            stats.compiles_after_warmup += compiles.count - compiled
+          evals_done += 1
           values.update(dev)
           print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
                 flush=True)
@@ -473,6 +560,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           metrics_log.write(step, values)
         if ckpt_now:
           save(step)
+        if stop_now:
+          break
       if stop.signal_name:
         done = int(parallel.first(state.step))
         if done > last_ckpt_step:
@@ -480,6 +569,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:
+    batches.close()
     ckpt.close()
     metrics_log.close()
   host = parallel.unreplicate(state)

@@ -109,7 +109,7 @@ def _one_step(cfg, batch, n_dev, lr_factor=None):
   optimizer = optim.make_optimizer(cfg)
   state = parallel.replicate(train.init_state(cfg, optimizer), n_dev)
   p_train, _ = train.make_steps(cfg, optimizer, devices=jax.local_devices()[:n_dev])
-  rng = parallel.replicate(train.step_rng(0, 1), n_dev)
+  rng = parallel.replicate(jax.random.PRNGKey(0), n_dev)
   if lr_factor is None:
     state, _ = p_train(state, batch, rng)
   else:
