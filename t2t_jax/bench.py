@@ -1,4 +1,4 @@
-r"""Benchmarks: `python -m t2t_jax.bench --what=train|decode|input`.
+r"""Benchmarks: `python -m t2t_jax.bench --what=train|decode|input|profile|host`.
 
 Every measurement is one JSON line on stdout (progress goes to stderr). Speeds
 are medians of `--repeats` timed runs after compilation. Utilisation is
@@ -28,8 +28,9 @@ from t2t_jax import hostmem
 from t2t_jax.config import ModelConfig
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile"],
-                  "What to measure (`profile`: where a train step's time goes).")
+flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host"],
+                  "What to measure (`profile`: where a train step's time goes; `host`: "
+                  "what the training loop costs beyond its step).")
 flags.DEFINE_enum("workload", None, ["small", "base", "big"],
                   "A standard workload (fixed shapes, random tokens). Default: small for "
                   "train, base for decode.")
@@ -46,6 +47,8 @@ flags.DEFINE_string("dataset", None, "Input: the data source (default: the exper
 flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
 flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config field of the "
                           "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
+flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
+                     "log window, 100 steps, is warm-up).")
 flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
 
 # The standard workloads of the performance issue: model overrides and batch shape.
@@ -356,6 +359,65 @@ def xla_op_times(run, hlo_text: str, steps: int) -> list[tuple[str, float, str]]
   return [(op, ns * 1e-9 / steps, origin[op]) for op, ns in totals.most_common()]
 
 
+# The micro model of `--what=host`: a step so cheap that the loop's own work shows, on the
+# paper's 25,000 tokens per step.
+HOST_MICRO = {"model.vocab_size": 256, "model.num_layers": 1, "model.d_model": 8,
+              "model.d_ff": 8, "model.num_heads": 1, "model.d_k": 8, "model.d_v": 8,
+              "model.max_len": 64, "train.tokens_per_step": 25000,
+              "train.max_tokens_per_batch": 4096, "train.warmup_steps": 100,
+              "train.log_every_steps": 100, "train.eval_every_steps": 100000,
+              "train.checkpoint_every_steps": 100000, "train.checkpoint_every_minutes": 1000,
+              "train.final_eval": False}
+
+
+def run_host() -> None:
+  """The trainer's own loop (`train.train_and_evaluate`, what `--mode=train` runs) on the
+  micro model, then the bare jitted step of the same model on as many token slots.
+
+  Reported from the loop's own metrics.jsonl, after the first log window (compilation):
+  time per step, the host's CPU ms per step (loop thread + input thread), the fraction of
+  wall time the loop waited for input, and compilations after warm-up. `loop_over_step`
+  is the loop's time per step over the bare step's, both measured in this process.
+  """
+  import contextlib
+  import tempfile
+  import jax
+  from t2t_jax import train
+  from t2t_jax.config import override, parse_set_flags
+  from experiments import get
+  sets = {**HOST_MICRO, "train.steps": FLAGS.host_steps, **parse_set_flags(FLAGS.set)}
+  cfg = override(get(FLAGS.experiment or "demo"), sets)
+  n = jax.local_device_count()
+  _log(f"host: the training loop on {n} device(s), {FLAGS.host_steps} steps of "
+       f"{cfg.train.tokens_per_step:,d} tokens")
+  with tempfile.TemporaryDirectory() as workdir:
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's progress; stdout is JSON
+      train.train_and_evaluate(cfg, workdir)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f]
+  if len(rows) < 2:
+    raise app.UsageError("--host_steps: give at least two log windows (200 steps)")
+  warm = rows[1:]
+  steps = warm[-1]["step"] - rows[0]["step"]
+  loop_ms = 1e3 * (warm[-1]["elapsed_sec"] - rows[0]["elapsed_sec"]) / steps
+  # The bare step: 800 sentences of 32 tokens by default, about the loop's token slots per step.
+  length = FLAGS.length or 32
+  batch = FLAGS.batch or -(-cfg.train.tokens_per_step // length // n) * n
+  if batch % n:
+    raise app.UsageError(f"--batch={batch} is not divisible by {n} devices")
+  bare = bench_train(cfg, "host", n, batch, length, FLAGS.repeats)
+  bare_ms = 1e3 / bare["steps_per_sec"]
+  _emit({"what": "host", "experiment": cfg.name, "devices": n, "steps_timed": steps,
+         "tokens_per_step": cfg.train.tokens_per_step,
+         "loop_ms_per_step": round(loop_ms, 2), "bare_step_ms": round(bare_ms, 2),
+         "loop_over_step": round(loop_ms / bare_ms, 3),
+         "host_ms_per_step": statistics.median(r["host_ms_per_step"] for r in warm),
+         "host_input_ms_per_step": statistics.median(r["host_input_ms_per_step"] for r in warm),
+         "input_wait_fraction": statistics.median(r["input_wait_fraction"] for r in warm),
+         "compiles": rows[-1]["compiles"],
+         "compiles_after_warmup": rows[-1]["compiles_after_warmup"]})
+
+
 def run_decode(workload: str | None) -> None:
   from t2t_jax import bench_decode
   name = workload or ("base" if not FLAGS.experiment else FLAGS.experiment)
@@ -419,6 +481,8 @@ def main(argv: list[str]) -> None:
       run_decode(FLAGS.workload)
     elif FLAGS.what == "profile":
       run_profile(FLAGS.workload)
+    elif FLAGS.what == "host":
+      run_host()
     else:
       run_input()
   except UserError as e:

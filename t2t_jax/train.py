@@ -26,11 +26,12 @@ from typing import Any
 
 import flax
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t2t_jax import checkpoints, input_pipeline, model, optim, parallel
+from t2t_jax import backend, checkpoints, input_pipeline, model, optim, parallel
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import PAD_ID
@@ -149,7 +150,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
   zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
   init = (zeros, jnp.float32(0), jnp.float32(0), jnp.float32(0))
   (grads, loss, nll, tokens), _ = jax.lax.scan(micro, init, (batch, jnp.arange(accum)))
-  grads, loss, nll, tokens = jax.lax.pmean((grads, loss, nll, tokens), axis_name)
+  summed = (grads, loss, nll, tokens)
+  if backend.allreduce_as_one_buffer():
+    flat, unflatten = jax.flatten_util.ravel_pytree(summed)
+    grads, loss, nll, tokens = unflatten(jax.lax.pmean(flat, axis_name))
+  else:
+    grads, loss, nll, tokens = jax.lax.pmean(summed, axis_name)
   tokens = jnp.maximum(tokens, 1e-9)
   grads = jax.tree_util.tree_map(lambda g: g / tokens, grads)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
