@@ -236,17 +236,37 @@ def demo_corpus(seed: int = 0) -> dict[str, tuple[list[str], list[str]]]:
   return out
 
 
+def temporary_name(path: str) -> str:
+  """A sibling of `path` no other process (on this host or another sharing the disk) uses."""
+  import socket
+  import uuid
+  return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def publish_dir(tmp: str, path: str) -> None:
+  """Renames the finished directory `tmp` to `path`; if another process published `path`
+  first, keeps theirs and removes `tmp`."""
+  import errno
+  import shutil
+  try:
+    os.replace(tmp, path)
+  except OSError as e:
+    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(path):
+      raise
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_demo_folder(path: str, seed: int = 0) -> None:
   """Writes the demo corpus as `<split>.src` / `<split>.tgt` files, atomically."""
   if os.path.isdir(path):
     return
-  tmp = f"{path}.tmp{os.getpid()}"
+  tmp = temporary_name(path)
   os.makedirs(tmp, exist_ok=True)
   for split, (src, tgt) in demo_corpus(seed).items():
     for lang, lines in ((DEMO_SRC, src), (DEMO_TGT, tgt)):
       with open(os.path.join(tmp, f"{split}.{lang}"), "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
-  os.replace(tmp, path)
+  publish_dir(tmp, path)
 
 
 def iter_lines(*sides: list[str]) -> Iterator[str]:

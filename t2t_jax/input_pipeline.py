@@ -173,8 +173,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
   """Builds the cache in a temporary directory and renames it into place when complete."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-  tmp = f"{out_dir}.tmp{os.getpid()}"
-  shutil.rmtree(tmp, ignore_errors=True)
+  tmp = data_sources.temporary_name(out_dir)
   os.makedirs(tmp)
   try:
     start = time.time()
@@ -199,10 +198,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     with open(os.path.join(tmp, "meta.json"), "w") as f:
       json.dump(meta, f, indent=2)
     shutil.rmtree(os.path.join(tmp, "tfds"), ignore_errors=True)
-    if os.path.exists(out_dir):  # another process finished first
-      shutil.rmtree(tmp)
-    else:
-      os.replace(tmp, out_dir)
+    data_sources.publish_dir(tmp, out_dir)
     _log(f"prepared data in {out_dir} ({time.time() - start:.0f}s)")
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)

@@ -62,3 +62,35 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path):
   with open(multi / "metrics.jsonl") as f:
     steps = [l for l in f if '"loss"' in l]
   assert len(steps) == len({l.split(",")[0] for l in steps})
+
+
+def test_sigterm_to_one_process_stops_both_after_the_same_step_with_one_checkpoint(tmp_path):
+  """Preemption of one host: the processes agree at their next sync step (every
+  `train.sync_every_steps`, not every step), stop there together, and write one checkpoint."""
+  import signal
+  port = _free_port()
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  extra = {"train.final_eval": False, "train.checkpoint_every_steps": 100_000,
+           "train.log_every_steps": 1000, "train.eval_every_steps": 100_000,
+           "train.sync_every_steps": 7}
+  procs = [subprocess.Popen(
+      _train_cmd(tmp_path, 100_000, extra) + [f"--coordinator_address=localhost:{port}",
+                                               "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(2)]
+  out1 = ""
+  for line in procs[1].stdout:  # training has started once the first step has compiled
+    out1 += line
+    if "parameters, 4 device(s)" in line:
+      break
+  import time
+  time.sleep(8)
+  procs[1].send_signal(signal.SIGTERM)
+  outs = [procs[0].communicate(timeout=600)[0], out1 + procs[1].communicate(timeout=600)[0]]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  stopped = [int(out.split("stopped at step ")[1].split()[0]) for out in outs]
+  assert stopped[0] == stopped[1] and stopped[0] % 7 == 0, outs[0][-2000:]
+  assert "on a signal to another process" in outs[0] and "on SIGTERM" in outs[1]
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()
+                if p.name.isdigit()) == [stopped[0]]

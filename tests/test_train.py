@@ -449,3 +449,71 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   for i in range(2):
     assert f"into {tmp_path / f'member{i}' / 'averaged'}" in r.stdout, r.stdout
+
+
+def test_compile_counter_sees_a_new_compilation():
+  x = np.arange(7.0, dtype=np.float32)
+  with train.CompileCounter() as compiles:
+    f = jax.jit(lambda x: x * 3 + 1)
+    f(x).block_until_ready()
+    f(x + 1).block_until_ready()  # the same shape: no second compilation
+  assert compiles.count == 1
+
+
+def test_nothing_compiles_in_the_loop_after_each_shapes_first_step(tmp_path):
+  """The trainer's own count: every batch shape compiles the step once, the first dev
+  evaluation compiles its shapes once, and nothing else compiles inside the loop."""
+  from t2t_jax import input_pipeline
+  steps = 24
+  cfg = tiny_cfg(**{"train.steps": steps, "train.log_every_steps": 4,
+                    "train.eval_every_steps": 8, "train.checkpoint_every_steps": 12,
+                    "train.tokens_per_step": 512, "train.max_tokens_per_batch": 256,
+                    "train.final_eval": False, "data.max_length": 32,
+                    "data.bucket_growth": 1.5, "model.dropout": 0.1})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  ds = input_pipeline.load(cfg, num_devices=jax.local_device_count())
+  shapes = {ds.batch(step)["inputs"].shape for step in range(steps)}
+  assert len(shapes) >= 3  # several buckets really were trained on
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert rows[-1]["step"] == steps and sum("dev_loss" in r for r in rows) == 3
+  assert rows[-1]["compiles"] >= len(shapes)
+  assert all(r["compiles_after_warmup"] == 0 for r in rows), rows
+  assert all(r["host_ms_per_step"] > 0 for r in rows)
+
+
+def test_an_input_error_stops_training_with_that_error(tmp_path, monkeypatch):
+  """A batch that cannot be made ends training with the producer's own error, not a hang."""
+  from t2t_jax import input_pipeline
+  real = input_pipeline.Dataset.batch
+
+  def broken(self, step):
+    if step == 5:
+      raise OSError("the token file went away")
+    return real(self, step)
+
+  monkeypatch.setattr(input_pipeline.Dataset, "batch", broken)
+  cfg = tiny_cfg(**{"train.steps": 20, "train.checkpoint_every_steps": 100,
+                    "train.final_eval": False, "train.tokens_per_step": 256,
+                    "train.max_tokens_per_batch": 256, "data.max_length": 32})
+  start = time.time()
+  with pytest.raises(OSError, match="the token file went away"):
+    train.train_and_evaluate(cfg, str(tmp_path))
+  assert time.time() - start < 120
+
+
+def test_prefetcher_yields_in_order_then_raises_the_producers_error():
+  def produce(step):
+    if step == 13:
+      raise ValueError("bad example 13")
+    return {"x": np.full((2, 3), step)}
+
+  batches = parallel.Prefetcher(produce, start=10, size=2, place=lambda b: b)
+  assert [int(next(batches)["x"][0, 0]) for _ in range(3)] == [10, 11, 12]
+  with pytest.raises(ValueError, match="bad example 13"):
+    next(batches)
+  batches.close()
+  # Closing a prefetcher whose consumer stopped early ends its thread.
+  early = parallel.Prefetcher(produce, start=0, size=2, place=lambda b: b)
+  next(early)
+  early.close()
+  assert not early._thread.is_alive()
