@@ -110,7 +110,7 @@ class Prefetcher:
   training sees. An exception in the thread is raised by the `next()` that would have
   returned its batch, never a hang. `wait_sec` is the time `next()` spent waiting for a
   batch (the devices idle for want of input, as far as the host can tell) and `cpu_sec`
-  the thread's own CPU time.
+  the thread's own CPU time, both running totals.
   """
 
   def __init__(self, produce: Callable[[int], Any], start: int, size: int,

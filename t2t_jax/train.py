@@ -379,19 +379,21 @@ class LoopStats:
   """
   steps: int = 0
   loop_cpu_sec: float = 0.0
-  input_cpu_sec: float = 0.0
-  input_wait_sec: float = 0.0
   compiles: int = 0
   compiles_after_warmup: int = 0
+  _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
 
-  def window(self, wall_sec: float) -> dict[str, float]:
+  def window(self, wall_sec: float, batches: parallel.Prefetcher) -> dict[str, float]:
     """The log line's figures, then a new window (compilations are counted over the run)."""
     steps = max(self.steps, 1)
-    out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + self.input_cpu_sec) / steps, 3),
-           "host_input_ms_per_step": round(1e3 * self.input_cpu_sec / steps, 3),
-           "input_wait_fraction": round(self.input_wait_sec / max(wall_sec, 1e-9), 4),
+    input_cpu, input_wait = (now - before for now, before in
+                             zip((batches.cpu_sec, batches.wait_sec), self._input_before))
+    out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + input_cpu) / steps, 3),
+           "host_input_ms_per_step": round(1e3 * input_cpu / steps, 3),
+           "input_wait_fraction": round(input_wait / max(wall_sec, 1e-9), 4),
            "compiles": self.compiles, "compiles_after_warmup": self.compiles_after_warmup}
-    self.steps, self.loop_cpu_sec, self.input_cpu_sec, self.input_wait_sec = 0, 0.0, 0.0, 0.0
+    self.steps, self.loop_cpu_sec = 0, 0.0
+    self._input_before = (batches.cpu_sec, batches.wait_sec)
     return out
 
 
@@ -478,10 +480,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         if lr_factor != factor_value:  # changes only in a time-budget cooldown
           factor_value = lr_factor
           factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
-        if pending:
-          # At most two steps in flight: enough to hide the host's work behind the device's,
-          # and XLA:CPU's simulated devices can deadlock in their collectives with more.
-          jax.block_until_ready(pending[-1]["loss"])
+        if len(pending) >= 2:
+          # At most two steps in flight: the devices always have the next step queued, and
+          # XLA:CPU's simulated devices can deadlock in their collectives with many more.
+          jax.block_until_ready(pending[-2]["loss"])
         state, metrics = p_train(state, batch, run_key, factor_on_devices)
         pending.append(metrics)
         # Every process of a multi-process job must take the same steps and checkpoints.
@@ -528,9 +530,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           # Token-weighted mean over the steps since the last log line (or the resume): the
           # single step's loss jumps with its length bucket.
           loss_mean = window_loss / max(window_tokens, 1e-9)
-          stats.input_cpu_sec, stats.input_wait_sec = batches.cpu_sec, batches.wait_sec
-          batches.cpu_sec = batches.wait_sec = 0.0
-          host = stats.window(now - window_start)
+          host = stats.window(now - window_start, batches)
           window_tokens, window_loss, window_start = 0.0, 0.0, now
           elapsed = now - start_time
           eta = elapsed / (step - start_step) * (t.steps - step)

@@ -103,6 +103,20 @@ def test_process_shards_partition_the_step(multi30k):
     np.testing.assert_array_equal(joined, whole.batch(step)["inputs"])
 
 
+def test_eval_batches_of_two_processes_partition_the_split(multi30k):
+  """Each process feeds its own share of every dev batch, so the global devices see every
+  example once (the dev loss is not computed whole on every process)."""
+  cfg, _, ds = multi30k
+  halves = [list(input_pipeline.Dataset(cfg, ds.directory, num_devices=2, process_index=p,
+                                        process_count=2).eval_batches("valid")) for p in (0, 1)]
+  whole = list(input_pipeline.Dataset(cfg, ds.directory, num_devices=4).eval_batches("valid"))
+  assert len(halves[0]) == len(halves[1]) == len(whole)
+  for a, b, w in zip(*halves, whole):
+    for key in ("inputs", "targets"):
+      np.testing.assert_array_equal(np.concatenate([a[key], b[key]]), w[key])
+  assert sum(len(_rows(b)) for b in whole) == 1014
+
+
 def test_restart_at_step_k_yields_the_same_batches(multi30k):
   cfg, _, ds = multi30k
   k = ds.steps_per_epoch - 2  # straddle an epoch boundary
