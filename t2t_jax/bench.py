@@ -440,8 +440,16 @@ def run_input() -> None:
     cfg = override(cfg, {"data.dataset": FLAGS.dataset})
   cfg = input_pipeline.resolve_splits(cfg)
   n = _device_counts(default_both=False)[0]
+  cache = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))[0]
+  built_now = not os.path.exists(os.path.join(cache, "meta.json"))
+  start = time.time()
   ds = input_pipeline.load(cfg, num_devices=n, process_index=jax.process_index(),
                            process_count=jax.process_count())
+  if built_now:  # the preparation's own figures, as one JSON line of their own
+    _emit({"what": "prepare", "dataset": cfg.data.dataset, "train_pairs": ds.meta["splits"][
+        cfg.data.train_split], "vocab_sample_sentences": ds.meta["vocab_sample_sentences"],
+        "prepare_seconds": round(time.time() - start, 1),
+        "peak_rss_mb": ds.meta["prepare_peak_rss_mb"]})
   steps = FLAGS.input_steps
   counted = {}
 
@@ -463,7 +471,8 @@ def run_input() -> None:
          "target_slots_per_sec": round(counted["slots"] / t, 1),
          "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
          "padding_fraction": info["padding_fraction"], "num_shapes": info["num_shapes"],
-         "steps_per_epoch": info["steps_per_epoch"]})
+         "steps_per_epoch": info["steps_per_epoch"],
+         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
 
 
 def main(argv: list[str]) -> None:

@@ -56,6 +56,10 @@ class DataConfig:
   dev_split: str = "validation"
   test_split: str = "test"
   vocab_type: Literal["bpe", "unigram", "word", "char"] = "bpe"
+  # Sentences (of both sides of the training split) the vocabulary is trained on, drawn by
+  # a seeded sampler so every preparation gives the same vocabulary; 3M is what
+  # SentencePiece itself would sample.
+  vocab_sample_sentences: int = 3_000_000
   max_length: int = 256        # longer examples are filtered (and counted)
   bucket_min_length: int = 8   # T2T's length buckets: start at 8 ...
   bucket_growth: float = 1.1   # ... and grow by ~10%
@@ -282,7 +286,8 @@ def validate(cfg: ExperimentConfig) -> None:
               "train.prefetch_batches": t.prefetch_batches,
               "decode.beam_size": d.beam_size, "average.last": cfg.average.last,
               "ensemble.members": cfg.ensemble.members,
-              "data.max_length": cfg.data.max_length}
+              "data.max_length": cfg.data.max_length,
+              "data.vocab_sample_sentences": cfg.data.vocab_sample_sentences}
   for key, value in positive.items():
     if value <= 0:
       raise ConfigError(f"{key}: must be positive, got {value}")

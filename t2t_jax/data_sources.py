@@ -1,15 +1,15 @@
 """Where parallel text comes from: tfds builders, local folders, and the synthetic demo pair.
 
-Every source ends as a prepared tfds dataset read through `tfds`: `tfds:NAME`
-directly, `folder:PATH` through a small offline builder for `<split>.<lang>`
-files (tfds's TranslateFolder wants `<lang>.<split>.txt`), and `demo` as a
-generated folder read by that same builder.
+Every source is read as a stream of (source, target) pairs: `tfds:NAME` through
+tfds, `folder:PATH` from its `<split>.<lang>` files directly (line by line, so a
+corpus of any size reads in constant memory), and `demo` as a generated folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import random
 from typing import Iterator
@@ -84,68 +84,55 @@ def folder_fingerprint(source: Source, splits: list[str]) -> str:
   return h.hexdigest()[:16]
 
 
-def read_pair_files(source: Source, split: str) -> tuple[list[str], list[str], int]:
-  """Both sides of a split, checked; pairs with an empty side dropped and counted."""
-  sides = []
-  for lang in (source.src_lang, source.tgt_lang):
-    path = os.path.join(source.name, f"{split}.{lang}")
+def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | None]:
+  """Both sides of a folder split, streamed line by line and checked as they come: each
+  pair whitespace-stripped, or None for a pair with an empty side (dropped, counted).
+
+  Invalid UTF-8 or a line count that differs between the two files raises a one-line
+  DataError naming the file (and line), wherever in the file it is.
+  """
+  paths = [os.path.join(source.name, f"{split}.{lang}")
+           for lang in (source.src_lang, source.tgt_lang)]
+  for path in paths:
     if not os.path.exists(path):
       raise DataError(f"missing file: {path}")
-    with open(path, "rb") as f:
-      data = f.read()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-      lines.pop()
-    decoded = []
-    for number, raw in enumerate(lines, start=1):
-      try:
-        decoded.append(raw.decode("utf-8").rstrip("\r"))
-      except UnicodeDecodeError as e:
-        raise DataError(f"{path} line {number}: invalid UTF-8 ({e.reason})") from None
-    sides.append((path, decoded))
-  (src_path, src), (tgt_path, tgt) = sides
-  if len(src) != len(tgt):
-    raise DataError(f"line counts differ: {src_path} has {len(src)} lines, "
-                    f"{tgt_path} has {len(tgt)}")
-  keep_src, keep_tgt = [], []
-  for s, t in zip(src, tgt):
-    if s.strip() and t.strip():
-      keep_src.append(s.strip())
-      keep_tgt.append(t.strip())
-  return keep_src, keep_tgt, len(src) - len(keep_src)
+
+  def decode(raw: bytes, path: str, number: int) -> str:
+    try:
+      return raw.decode("utf-8").rstrip("\n").rstrip("\r").strip()
+    except UnicodeDecodeError as e:
+      raise DataError(f"{path} line {number}: invalid UTF-8 ({e.reason})") from None
+
+  with open(paths[0], "rb") as f_src, open(paths[1], "rb") as f_tgt:
+    number = 0
+    for number, (a, b) in enumerate(itertools.zip_longest(f_src, f_tgt), start=1):
+      if a is None or b is None:
+        counts = [number - 1 + (a is not None) + sum(1 for _ in f_src),
+                  number - 1 + (b is not None) + sum(1 for _ in f_tgt)]
+        raise DataError(f"line counts differ: {paths[0]} has {counts[0]} lines, "
+                        f"{paths[1]} has {counts[1]}")
+      src, tgt = decode(a, paths[0], number), decode(b, paths[1], number)
+      yield (src, tgt) if src and tgt else None
 
 
-def prepare_folder_tfds(source: Source, splits: list[str], data_dir: str) -> None:
-  """Builds the prepared tfds dataset for a folder (offline, no downloads)."""
-  import tensorflow_datasets as tfds
-  from t2t_jax import tfds_folder
-  tfds.disable_progress_bar()
-  builder = tfds_folder.ParallelFolder(data_dir=data_dir, folder=source.name,
-                                       src_lang=source.src_lang, tgt_lang=source.tgt_lang,
-                                       splits=tuple(splits))
-  builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(manual_dir=source.name))
-
-
-def read_tfds(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None,
-              download: bool = True) -> tuple[list[str], list[str]]:
-  """All pairs of a tfds split as text, read by language key (so direction is explicit)."""
+def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None,
+                    download: bool = True) -> Iterator[tuple[str, str] | None]:
+  """The pairs of a tfds split as text, streamed and keyed by language (so direction is
+  explicit); None for a pair with an empty side."""
   import tensorflow_datasets as tfds
   try:
     builder = tfds.builder(name, data_dir=data_dir)
     if download:
       builder.download_and_prepare()
-    ds = builder.as_dataset(split=split)
+    ds = builder.as_dataset(split=split, shuffle_files=False)
   except Exception as e:  # tfds raises many types; one line is what a user needs
     raise DataError(f"tfds:{name} split {split!r}: {type(e).__name__}: "
                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
-  src, tgt = [], []
   for ex in tfds.as_numpy(ds):
     if src_lang not in ex or tgt_lang not in ex:
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
-    src.append(ex[src_lang].decode("utf-8"))
-    tgt.append(ex[tgt_lang].decode("utf-8"))
-  return src, tgt
+    src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
+    yield (src, tgt) if src and tgt else None
 
 
 # ---------------------------------------------------------------------------

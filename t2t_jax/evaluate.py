@@ -103,6 +103,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
   """
   ds = ds or input_pipeline.load(cfg, num_devices=1)
   dirs = _models(cfg, workdir, ensemble)
+  input_pipeline.check_vocab(dirs, ds.directory)
   translator, label = _load(cfg, dirs, ds.vocab)
   out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
   os.makedirs(out_dir, exist_ok=True)
@@ -171,7 +172,8 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
       lines = read_lines(f, input_path)
   else:
     lines = read_lines(sys.stdin.buffer, "stdin")
-  translator, label = _load(cfg, _models(cfg, workdir, ensemble), input_pipeline.load_vocab(cfg))
+  dirs = _models(cfg, workdir, ensemble)
+  translator, label = _load(cfg, dirs, input_pipeline.load_vocab(cfg, dirs))
   print(f"translating {len(lines)} line(s) with {label}", file=sys.stderr, flush=True)
   hyps = translator.translate(lines)
   text = "".join(h + "\n" for h in hyps)
@@ -195,7 +197,7 @@ def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, lay
   if not sentence or not sentence.strip():
     raise UserError("--mode=attention needs --sentence=\"...\"")
   params, label = load_inference_params(cfg, workdir)
-  vocab = input_pipeline.load_vocab(cfg)
+  vocab = input_pipeline.load_vocab(cfg, [workdir])
   translator = _translator(cfg, params, vocab)
   src = translator.encode([sentence])[0]
   hyp = translator.translate_ids([src])[0]

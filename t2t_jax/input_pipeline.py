@@ -1,9 +1,11 @@
 """Length-bucketed batches of ~`train.tokens_per_step` tokens, ready for pmap.
 
-Preparation (once, cached under the data directory): the source becomes a
-prepared tfds dataset, a shared SentencePiece vocabulary is trained on both
-sides of the training split, and every split is tokenised once into flat
-int32 arrays. Training then never touches text or SentencePiece again.
+Preparation (once, cached under the data directory, streamed so memory does not
+grow with the corpus): each split's text is read pair by pair into the cache, a
+shared SentencePiece vocabulary is trained on a seeded sample of both sides of
+the training split (the same vocabulary on every host and every rerun), and
+every split is tokenised chunk by chunk into flat int32 arrays. Training then
+never touches text or SentencePiece again.
 
 Batching is a pure function of (seed, step), computed in numpy from example
 lengths alone:
@@ -21,9 +23,12 @@ lengths alone:
 from __future__ import annotations
 
 import dataclasses
+import io
+import itertools
 import json
 import math
 import os
+import resource
 import shutil
 import sys
 import time
@@ -37,7 +42,7 @@ from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 from t2t_jax.vocab import Vocabulary
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def default_data_dir() -> str:
@@ -79,7 +84,8 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
     base = os.path.basename(source.name.rstrip("/")) or "folder"
     key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-" \
           f"{data_sources.folder_fingerprint(source, splits)}"
-  vocab_key = f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
+  vocab_key = (f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
+               f"-sample{cfg.data.vocab_sample_sentences}")
   return os.path.join(root, key, vocab_key), splits
 
 
@@ -124,80 +130,139 @@ def resolve_splits(cfg: ExperimentConfig) -> ExperimentConfig:
       if changes else cfg
 
 
-def _read_all(cfg: ExperimentConfig, source: Source, splits: list[str] | None,
-              tfds_dir: str) -> tuple[dict[str, tuple[list[str], list[str]]], dict[str, int]]:
-  """Text of every needed split, through tfds; also how many empty pairs were dropped."""
-  wanted = [cfg.data.train_split, cfg.data.dev_split, cfg.data.test_split]
-  texts, dropped = {}, {}
-  if source.kind == "folder":
-    for split in wanted:
-      if split not in splits:
-        lang_files = [os.path.join(source.name, f"{split}.{lang}")
-                      for lang in (source.src_lang, source.tgt_lang)]
-        missing = [p for p in lang_files if not os.path.exists(p)]
-        raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name})")
-    # Validate every file first: a clear one-line error, before tfds writes anything.
-    for split in splits:
-      _, _, dropped[split] = data_sources.read_pair_files(source, split)
-    _log(f"preparing tfds dataset for {source.name} ({', '.join(splits)})")
-    data_sources.prepare_folder_tfds(source, splits, tfds_dir)
-    for split in wanted:
-      texts[split] = _read_tfds_builder(tfds_dir, source, split, splits)
-  else:
-    for split in wanted:
-      _log(f"reading tfds:{source.name} split {split}")
-      texts[split] = data_sources.read_tfds(source.name, split, source.src_lang,
-                                            source.tgt_lang, cfg.data.data_dir or None)
-      dropped[split] = 0
-      keep = [(s, t) for s, t in zip(*texts[split]) if s.strip() and t.strip()]
-      dropped[split] = len(texts[split][0]) - len(keep)
-      texts[split] = ([s for s, _ in keep], [t for _, t in keep])
-  return texts, dropped
+def _write_text(pairs, tmp: str, split: str) -> tuple[int, int]:
+  """Streams a split's kept pairs to `<split>.src.txt` / `.tgt.txt`; (kept, dropped)."""
+  kept = dropped = 0
+  with open(os.path.join(tmp, f"{split}.src.txt"), "w", encoding="utf-8", newline="\n") as fs, \
+       open(os.path.join(tmp, f"{split}.tgt.txt"), "w", encoding="utf-8", newline="\n") as ft:
+    for pair in pairs:
+      if pair is None:
+        dropped += 1
+        continue
+      fs.write(_one_line(pair[0]))
+      ft.write(_one_line(pair[1]))
+      kept += 1
+  return kept, dropped
 
 
-def _read_tfds_builder(tfds_dir: str, source: Source, split: str, splits: list[str]):
-  import tensorflow_datasets as tfds
-  from t2t_jax import tfds_folder
-  builder = tfds_folder.ParallelFolder(data_dir=tfds_dir, folder=source.name,
-                                       src_lang=source.src_lang, tgt_lang=source.tgt_lang,
-                                       splits=tuple(splits))
-  src, tgt = [], []
-  for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-    src.append(ex[source.src_lang].decode("utf-8"))
-    tgt.append(ex[source.tgt_lang].decode("utf-8"))
-  return src, tgt
+def _one_line(text: str) -> str:
+  return text.replace("\n", " ").replace("\r", " ") + "\n"
+
+
+def _read_lines(path: str) -> Iterator[str]:
+  """The lines of one of our text files (split on newlines alone, as they were written)."""
+  with open(path, encoding="utf-8", newline="\n") as f:
+    for line in f:
+      yield line[:-1]
+
+
+class _IdsFile:
+  """A 1-D int32 .npy file appended to chunk by chunk; its header is written on close.
+
+  Memory stays that of one chunk whatever the corpus size, and training memory-maps the
+  result as before.
+  """
+
+  HEADER_BYTES = 128  # a .npy 1.0 header of a 1-D int32 array of up to 10^17 elements
+
+  def __init__(self, path: str):
+    self.path, self.size = path, 0
+    self._file = open(path, "wb")
+    self._file.write(b"\0" * self.HEADER_BYTES)
+
+  def append(self, values: np.ndarray) -> None:
+    self._file.write(np.ascontiguousarray(values, np.int32).tobytes())
+    self.size += len(values)
+
+  def close(self) -> None:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.dtype(np.int32).str,
+                                                  "fortran_order": False,
+                                                  "shape": (self.size,)})
+    assert len(header.getvalue()) == self.HEADER_BYTES, header.getvalue()
+    self._file.seek(0)
+    self._file.write(header.getvalue())
+    self._file.close()
+
+
+def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 50_000) -> None:
+  """Token ids of every line of `text_path`, chunk by chunk, to `<prefix>.ids.npy` (flat)
+  and `<prefix>.len.npy`."""
+  ids_file, len_file = _IdsFile(out_prefix + ".ids.npy"), _IdsFile(out_prefix + ".len.npy")
+  lines = _read_lines(text_path)
+  try:
+    while True:
+      block = list(itertools.islice(lines, chunk))
+      if not block:
+        break
+      ids = vocab.encode_many(block)
+      lengths = np.fromiter(map(len, ids), np.int32, count=len(ids))
+      ids_file.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32,
+                                  count=int(lengths.sum())))
+      len_file.append(lengths)
+  finally:
+    ids_file.close()
+    len_file.close()
 
 
 def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[str] | None
              ) -> None:
-  """Builds the cache in a temporary directory and renames it into place when complete."""
+  """Builds the cache in a temporary directory and renames it into place when complete.
+
+  Streamed throughout, so memory does not grow with the corpus: the text of each split is
+  read pair by pair (checked) into the cache, the vocabulary is trained on a seeded
+  sample of the training sentences, and token ids are appended chunk by chunk.
+  """
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+  from t2t_jax import vocab as vocab_lib
   tmp = data_sources.temporary_name(out_dir)
   os.makedirs(tmp)
   try:
     start = time.time()
-    texts, dropped = _read_all(cfg, source, splits, os.path.join(tmp, "tfds"))
-    train_src, train_tgt = texts[cfg.data.train_split]
+    wanted = [cfg.data.train_split, cfg.data.dev_split, cfg.data.test_split]
+    meta = {"source": dataclasses.asdict(source), "dropped_empty": {}, "splits": {}}
+    for split in dict.fromkeys(wanted):
+      if source.kind == "folder":
+        if split not in splits:
+          lang_files = [os.path.join(source.name, f"{split}.{lang}")
+                        for lang in (source.src_lang, source.tgt_lang)]
+          missing = [p for p in lang_files if not os.path.exists(p)]
+          raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name})")
+        pairs = data_sources.iter_pair_files(source, split)
+      else:
+        pairs = data_sources.iter_tfds_pairs(source.name, split, source.src_lang,
+                                             source.tgt_lang, cfg.data.data_dir or None)
+      _log(f"reading {split} of {source.name}")
+      meta["splits"][split], meta["dropped_empty"][split] = _write_text(pairs, tmp, split)
+    n_train = meta["splits"][cfg.data.train_split]
+    train_text = [os.path.join(tmp, f"{cfg.data.train_split}.{side}.txt")
+                  for side in ("src", "tgt")]
+    sample_path = os.path.join(tmp, "vocab_sample.txt")
+    sampled = vocab_lib.write_sample(train_text, [n_train, n_train],
+                                     cfg.data.vocab_sample_sentences, seed=0,
+                                     out_path=sample_path)
     _log(f"training a {cfg.data.vocab_type} SentencePiece vocabulary of <= "
-         f"{cfg.model.vocab_size} pieces on {2 * len(train_src)} training sentences")
-    vocab = _train_vocab(train_src + train_tgt, os.path.join(tmp, "spm.model"), cfg)
-    meta = {"source": dataclasses.asdict(source), "vocab_size": vocab.size,
-            "dropped_empty": dropped, "splits": {}}
-    for split, (src, tgt) in texts.items():
-      _log(f"tokenising {split}: {len(src)} pairs")
-      for side, lines in (("src", src), ("tgt", tgt)):
-        ids = vocab.encode_many(lines)
-        lengths = np.array([len(x) for x in ids], np.int32)
-        flat = np.fromiter((t for x in ids for t in x), np.int32, count=int(lengths.sum()))
-        np.save(os.path.join(tmp, f"{split}.{side}.ids.npy"), flat)
-        np.save(os.path.join(tmp, f"{split}.{side}.len.npy"), lengths)
-        with open(os.path.join(tmp, f"{split}.{side}.txt"), "w", encoding="utf-8") as f:
-          f.write("".join(line.replace("\n", " ") + "\n" for line in lines))
-      meta["splits"][split] = len(src)
+         f"{cfg.model.vocab_size} pieces on {sampled:,d} of the {2 * n_train:,d} training "
+         f"sentences ({time.time() - start:.0f}s so far)")
+    vocab = vocab_lib.train(sample_path, os.path.join(tmp, "spm.model"), cfg.model.vocab_size,
+                            cfg.data.vocab_type)
+    os.remove(sample_path)
+    if vocab.size > cfg.model.vocab_size:
+      raise DataError(f"vocabulary has {vocab.size} pieces, more than model.vocab_size="
+                      f"{cfg.model.vocab_size}")
+    meta.update(vocab_size=vocab.size, vocab_sha256=file_sha256(vocab.path),
+                vocab_sample_sentences=sampled)
+    for split in meta["splits"]:
+      _log(f"tokenising {split}: {meta['splits'][split]:,d} pairs "
+           f"({time.time() - start:.0f}s so far)")
+      for side in ("src", "tgt"):
+        _tokenise(vocab, os.path.join(tmp, f"{split}.{side}.txt"),
+                  os.path.join(tmp, f"{split}.{side}"))
+    meta["prepare_seconds"] = round(time.time() - start, 1)
+    meta["prepare_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     with open(os.path.join(tmp, "meta.json"), "w") as f:
       json.dump(meta, f, indent=2)
-    shutil.rmtree(os.path.join(tmp, "tfds"), ignore_errors=True)
     data_sources.publish_dir(tmp, out_dir)
     _log(f"prepared data in {out_dir} ({time.time() - start:.0f}s)")
   except BaseException:
@@ -205,13 +270,10 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     raise
 
 
-def _train_vocab(lines: list[str], path: str, cfg: ExperimentConfig) -> Vocabulary:
-  from t2t_jax import vocab
-  v = vocab.train(lines, path, cfg.model.vocab_size, cfg.data.vocab_type)
-  if v.size > cfg.model.vocab_size:
-    raise DataError(f"vocabulary has {v.size} pieces, more than model.vocab_size="
-                    f"{cfg.model.vocab_size}")
-  return v
+def file_sha256(path: str) -> str:
+  import hashlib
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
 
 
 def prepared_dir(cfg: ExperimentConfig) -> str:
@@ -224,9 +286,57 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
   return out_dir
 
 
-def load_vocab(cfg: ExperimentConfig) -> Vocabulary:
-  """The experiment's cached vocabulary (prepared on first use)."""
-  return Vocabulary(os.path.join(prepared_dir(cfg), "spm.model"))
+# A trained workdir keeps the vocabulary its token ids mean, so decoding never depends on
+# the data cache still being there (or being rebuilt the same way).
+WORKDIR_VOCAB = "spm.model"
+
+
+def record_vocab(workdir: str, cache_dir: str) -> None:
+  """Copies the cache's vocabulary into a workdir on its first run (with its sha256 in
+  `spm.model.sha256`); on later runs checks that the cache still has that vocabulary."""
+  ours = os.path.join(workdir, WORKDIR_VOCAB)
+  if os.path.exists(ours):
+    check_vocab([workdir], cache_dir)
+    return
+  tmp = data_sources.temporary_name(ours)
+  shutil.copyfile(os.path.join(cache_dir, "spm.model"), tmp)
+  with open(ours + ".sha256", "w") as f:
+    f.write(file_sha256(tmp) + "\n")
+  os.replace(tmp, ours)
+
+
+def workdir_vocab(workdirs: list[str]) -> str | None:
+  """The vocabulary file the first of `workdirs` that has one was trained with."""
+  for workdir in workdirs:
+    path = os.path.join(workdir, WORKDIR_VOCAB)
+    if os.path.exists(path):
+      return path
+  return None
+
+
+def check_vocab(workdirs: list[str], cache_dir: str) -> None:
+  """A one-line error if the data cache's vocabulary is not the one the workdirs trained
+  with: their token ids would mean other pieces."""
+  cached = file_sha256(os.path.join(cache_dir, "spm.model"))
+  for workdir in workdirs:
+    path = os.path.join(workdir, WORKDIR_VOCAB)
+    if os.path.exists(path) and file_sha256(path) != cached:
+      raise DataError(f"the data cache {cache_dir} holds another vocabulary (sha256 "
+                      f"{cached[:12]}) than {workdir} was trained with ({file_sha256(path)[:12]}); "
+                      f"the cache was built from other data or settings. Move it away to "
+                      f"rebuild it, or point data.data_dir at the cache the run used")
+
+
+def load_vocab(cfg: ExperimentConfig, workdirs: list[str] = ()) -> Vocabulary:
+  """The vocabulary the workdirs were trained with (their own copy; no data cache needed),
+  else the experiment's cached one (prepared on first use)."""
+  path = workdir_vocab(list(workdirs))
+  if path is None:
+    return Vocabulary(os.path.join(prepared_dir(cfg), "spm.model"))
+  cache_dir = _prepared_dir(cfg, resolve_source(cfg))[0]
+  if os.path.exists(os.path.join(cache_dir, "meta.json")):
+    check_vocab(list(workdirs), cache_dir)
+  return Vocabulary(path)
 
 
 # ---------------------------------------------------------------------------
@@ -400,7 +510,8 @@ class Dataset:
     self.split(split)
     out = []
     for side in ("src", "tgt"):
-      with open(os.path.join(self.directory, f"{split}.{side}.txt"), encoding="utf-8") as f:
+      with open(os.path.join(self.directory, f"{split}.{side}.txt"), encoding="utf-8",
+                newline="\n") as f:
         out.append(f.read().split("\n")[:-1])
     return out[0], out[1]
 

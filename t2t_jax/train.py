@@ -415,6 +415,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   n_dev = len(devices)
   ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
                            process_count=jax.process_count())
+  if jax.process_index() == 0:
+    input_pipeline.record_vocab(workdir, ds.directory)
+  else:
+    input_pipeline.check_vocab([workdir], ds.directory)
   optimizer = optim.make_optimizer(cfg)
   state = init_state(cfg, optimizer)
   n_params = model.count_params(state.params)

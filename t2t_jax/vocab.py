@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Iterable, Sequence
 
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -29,7 +28,8 @@ class Vocabulary:
     return self._sp.encode(text)
 
   def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-    return self._sp.encode(list(texts))
+    """Token ids of many texts, on every core (SentencePiece's own threads)."""
+    return self._sp.encode(list(texts), num_threads=os.cpu_count() or 1)
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids up to the first EOS; PAD/BOS are ignored."""
@@ -46,26 +46,67 @@ class Vocabulary:
     return self._sp.id_to_piece(int(i))
 
 
-def train(lines: Iterable[str], model_path: str, vocab_size: int, model_type: str) -> Vocabulary:
-  """Trains a shared vocabulary on `lines` (both sides of the training split).
+def write_sample(text_files: Sequence[str], line_counts: Sequence[int], size: int, seed: int,
+                 out_path: str) -> int:
+  """Writes a uniform sample of `size` lines drawn from all the files' lines (all of them if
+  there are fewer) to `out_path`, in file order; returns how many.
+
+  Our own seeded draw, not SentencePiece's unseeded shuffle: every preparation of a
+  corpus, on any host, trains on the same sentences and so yields the same vocabulary.
+  """
+  import numpy as np
+  total = int(sum(line_counts))
+  if total <= size:
+    chosen = None
+  else:
+    chosen = np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+  written, offset, k = 0, 0, 0
+  with open(out_path, "w", encoding="utf-8") as out:
+    for path, count in zip(text_files, line_counts):
+      with open(path, encoding="utf-8") as f:
+        if chosen is None:
+          for line in f:
+            out.write(line)
+            written += 1
+        else:
+          stop = np.searchsorted(chosen, offset + count)
+          wanted = iter(chosen[k:stop] - offset)
+          next_wanted = next(wanted, -1)
+          for i, line in enumerate(f):
+            if i == next_wanted:
+              out.write(line)
+              written += 1
+              next_wanted = next(wanted, -1)
+          k = stop
+      offset += count
+  return written
+
+
+def train(corpus_path: str, model_path: str, vocab_size: int, model_type: str) -> Vocabulary:
+  """Trains a shared vocabulary on every line of `corpus_path` (a sample of both sides of
+  the training split), deterministically: no sampling or shuffling inside SentencePiece.
 
   `hard_vocab_limit=False` lets a small corpus produce fewer pieces than asked
   for instead of failing; the size used is always <= `vocab_size`.
   """
   import sentencepiece as spm
-  os.makedirs(os.path.dirname(model_path), exist_ok=True)
-  with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False,
-                                   dir=os.path.dirname(model_path)) as f:
-    for line in lines:
-      f.write(line.replace("\n", " ") + "\n")
-    corpus = f.name
-  try:
-    spm.SentencePieceTrainer.train(
-        input=corpus, model_prefix=model_path[:-len(".model")], vocab_size=vocab_size,
-        model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
-        hard_vocab_limit=False, character_coverage=1.0, input_sentence_size=3_000_000,
-        shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-        max_sentence_length=65536, minloglevel=2)
-  finally:
-    os.remove(corpus)
+  from sentencepiece import sentencepiece_model_pb2
+  spm.SentencePieceTrainer.train(
+      input=corpus_path, model_prefix=model_path[:-len(".model")], vocab_size=vocab_size,
+      model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+      hard_vocab_limit=False, character_coverage=1.0, input_sentence_size=0,
+      shuffle_input_sentence=False,
+      # BPE's pieces do not depend on the thread count (checked: 1, 2, 4); unigram's do.
+      num_threads=(os.cpu_count() or 1) if model_type == "bpe" else 1,
+      max_sentence_length=65536, minloglevel=2)
+  # The model records where and how it was trained (paths, thread count), which differ
+  # between hosts; cleared, two hosts' models are byte-identical. Encoding never reads them.
+  proto = sentencepiece_model_pb2.ModelProto()
+  with open(model_path, "rb") as f:
+    proto.ParseFromString(f.read())
+  for field in ("input", "model_prefix", "num_threads"):
+    proto.trainer_spec.ClearField(field)
+  with open(model_path, "wb") as f:
+    f.write(proto.SerializeToString())
+  os.remove(model_path[:-len(".model")] + ".vocab")
   return Vocabulary(model_path)

@@ -2,7 +2,9 @@
 resumption, and clear errors for bad input."""
 
 import collections
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +237,97 @@ def test_demo_corpus_is_deterministic_and_structured():
     assert t.split()[0] in {"lo", "la", "los", "las", "un", "una", "unos", "unas"}
   vocab = {w for line in src + tgt for w in line.replace(".", "").split()}
   assert 300 <= len(vocab) <= 1500
+
+
+# --- the vocabulary: deterministic, shared, carried by the workdir --------------------
+
+
+def _sampled_corpus(tmp_path, pairs=3000):
+  """A folder of `pairs` demo pairs and a config whose vocabulary sample (1,000 sentences)
+  is a fifth of its 2 x 3,000 training sentences."""
+  folder = tmp_path / "corpus"
+  demo = data_sources.demo_corpus(0)
+  files = {}
+  for split, (src, tgt) in demo.items():
+    n = pairs if split == "train" else 50
+    files[f"{split}.en"] = "".join(s + "\n" for s in src[:n])
+    files[f"{split}.de"] = "".join(t + "\n" for t in tgt[:n])
+  _write(folder, files)
+  return folder, override(experiments.get("demo"), {
+      "data.dataset": f"folder:{folder}:en-de", "model.vocab_size": 120,
+      "data.vocab_sample_sentences": 1000})
+
+
+def test_two_preparations_give_the_same_vocabulary_and_ids(tmp_path):
+  folder, cfg = _sampled_corpus(tmp_path)
+  dirs = []
+  for name in ("first", "second"):
+    dirs.append(Path(input_pipeline.load(
+        override(cfg, {"data.data_dir": str(tmp_path / name)}), num_devices=1).directory))
+  meta = json.loads((dirs[0] / "meta.json").read_text())
+  assert meta["vocab_sample_sentences"] == 1000 and meta["splits"]["train"] == 3000
+  files = sorted(p.name for p in dirs[0].iterdir() if p.suffix in (".model", ".npy"))
+  assert "spm.model" in files and "train.tgt.ids.npy" in files
+  for name in files:
+    assert (dirs[0] / name).read_bytes() == (dirs[1] / name).read_bytes(), name
+  # Another sample size is another cache, never this one.
+  other = input_pipeline._prepared_dir(override(cfg, {"data.vocab_sample_sentences": 999}),
+                                       input_pipeline.resolve_source(cfg))[0]
+  assert Path(other).name != dirs[0].name
+
+
+def test_two_processes_preparing_one_cache_at_once_both_use_the_first_landed(tmp_path):
+  folder, cfg = _sampled_corpus(tmp_path)
+  code = ("import sys, experiments; from t2t_jax import input_pipeline; "
+          "from t2t_jax.config import override; "
+          f"cfg = override(experiments.get('demo'), {{'data.dataset': 'folder:{folder}:en-de', "
+          f"'model.vocab_size': 120, 'data.vocab_sample_sentences': 1000, "
+          f"'data.data_dir': '{tmp_path / 'shared_cache'}'}}); "
+          "ds = input_pipeline.load(cfg, num_devices=1); print('DIR', ds.directory); "
+          "print('SHA', input_pipeline.file_sha256(ds.vocab.path))")
+  procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-2000:]
+  assert outs[0][0] == outs[1][0]  # the same directory, the same vocabulary
+  leftovers = [p.name for p in (tmp_path / "shared_cache").rglob("*") if ".tmp-" in p.name]
+  assert leftovers == []
+
+
+def test_a_workdir_keeps_its_vocabulary(tmp_path):
+  """Training copies the vocabulary into WORKDIR; translate then needs no data cache, and a
+  cache holding another vocabulary is a one-line error instead of wrong token ids."""
+  folder, _ = _sampled_corpus(tmp_path)
+  cache, workdir = tmp_path / "cache", tmp_path / "run"
+  base = [sys.executable, "-m", "t2t_jax.main", "--experiment=demo", f"--workdir={workdir}",
+          f"--dataset=folder:{folder}:en-de"]
+  sets = {"data.data_dir": cache, "model.vocab_size": 120, "data.vocab_sample_sentences": 1000,
+          "model.num_layers": 1, "model.d_model": 16, "model.d_ff": 16, "model.num_heads": 2,
+          "model.d_k": 8, "model.d_v": 8, "train.steps": 3, "train.final_eval": False,
+          "train.tokens_per_step": 256, "train.max_tokens_per_batch": 256}
+  sets = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+  run = lambda mode, **kw: subprocess.run(base + [f"--mode={mode}"] + sets, cwd=REPO,
+                                          capture_output=True, text=True, timeout=300, **kw)
+  r = run("train")
+  assert r.returncode == 0, r.stderr[-2000:]
+  recorded = (workdir / "spm.model.sha256").read_text().strip()
+  assert recorded == input_pipeline.file_sha256(workdir / "spm.model")
+  shutil.rmtree(cache)
+  r = run("translate", input="the big dog sees a cat\n")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert len(r.stdout.splitlines()) == 1 and not cache.exists()
+  # A cache with another vocabulary under the same settings (e.g. built from other files).
+  cfg_dir = Path(input_pipeline.prepared_dir(override(experiments.get("demo"), {
+      "data.dataset": f"folder:{folder}:en-de", "data.data_dir": str(cache),
+      "model.vocab_size": 120, "data.vocab_sample_sentences": 1000})))
+  assert input_pipeline.file_sha256(cfg_dir / "spm.model") == recorded  # rebuilt the same
+  other = Path(input_pipeline.prepared_dir(override(experiments.get("demo"), {
+      "data.dataset": f"folder:{folder}:en-de", "data.data_dir": str(tmp_path / "other"),
+      "model.vocab_size": 60, "data.vocab_sample_sentences": 1000})))
+  shutil.copyfile(other / "spm.model", cfg_dir / "spm.model")
+  for mode in ("eval", "translate"):
+    r = run(mode, input="x\n")
+    assert r.returncode == 2, (mode, r.stderr[-2000:])
+    assert "error: the data cache" in r.stderr and "another vocabulary" in r.stderr
+    assert "Traceback" not in r.stderr
