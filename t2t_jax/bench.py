@@ -472,7 +472,23 @@ def run_input() -> None:
          "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
          "padding_fraction": info["padding_fraction"], "num_shapes": info["num_shapes"],
          "steps_per_epoch": info["steps_per_epoch"],
-         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
+         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+         **_rss_parts()})
+
+
+def _rss_parts() -> dict[str, int]:
+  """Resident memory now, split into anonymous (this process's own arrays) and file-backed
+  (pages of the memory-mapped token ids it read: page cache the kernel can drop)."""
+  parts = {}
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith(("RssAnon:", "RssFile:")):
+          key = "rss_anon_mb" if line.startswith("RssAnon") else "rss_file_mb"
+          parts[key] = round(int(line.split()[1]) / 1024)
+  except OSError:  # not Linux
+    pass
+  return parts
 
 
 def main(argv: list[str]) -> None:
