@@ -162,7 +162,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   times, peaks = [], []
   for _ in range(repeats):
     # The peak is re-measured beside every repetition: on a shared machine both
-    # drift together, so their ratio (mfu) is steadier than either.
+    # drift together, so their ratio (matmul_peak_fraction) is steadier than either.
     peaks.append(matmul_peak(cfg.model.dtype, repeats=3))
     start = time.perf_counter()
     for _ in range(steps_per_rep):
@@ -178,7 +178,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
           "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
           "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
-          "mfu": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
+          "matmul_peak_fraction": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
           "loss": round(float(metrics["loss"][0]), 4),
           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 

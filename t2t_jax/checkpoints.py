@@ -118,25 +118,32 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
 
 
 def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any, str] | None:
-  """Averaged parameters when present, else the latest checkpoint's; None if neither."""
+  """Averaged parameters when they cover the newest checkpoint, else the newest checkpoint's
+  (saying so when an older average is passed over); None if neither exists."""
   from t2t_jax import model
   like = model.abstract_params(cfg.model)
   avg = averaged_dir(workdir)
-  if os.path.exists(os.path.join(avg, "averaged.json")):
-    with open(os.path.join(avg, "averaged.json")) as f:
-      steps = json.load(f)["steps"]
-    with ocp.StandardCheckpointer() as reader:
-      params = reader.restore(os.path.join(avg, "params"), like)
-    return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-    return None
-  ckpt = Checkpointer(workdir, keep=10**6, create=False)
+  ckpt = Checkpointer(workdir, keep=10**6, create=False) \
+      if os.path.isdir(os.path.join(workdir, "checkpoints")) else None
+  newest = ckpt.steps()[-1] if ckpt and ckpt.steps() else None
   try:
-    if not ckpt.steps():
+    if os.path.exists(os.path.join(avg, "averaged.json")):
+      with open(os.path.join(avg, "averaged.json")) as f:
+        steps = json.load(f)["steps"]
+      if newest is None or newest <= steps[-1]:
+        with ocp.StandardCheckpointer() as reader:
+          params = reader.restore(os.path.join(avg, "params"), like)
+        return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
+      # A run resumed after averaging: its average would be silently out of date.
+      print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but checkpoint "
+            f"{newest} is newer; using checkpoint {newest} (run --mode=average to average the "
+            f"newest checkpoints)", file=sys.stderr, flush=True)
+    if newest is None:
       return None
-    step = ckpt.steps()[-1]
+    step = newest
     restored = ckpt._manager.restore(step, args=ocp.args.StandardRestore())
     params = jax.tree_util.tree_map(np.asarray, restored["params"])
     return params, f"checkpoint {step}"
   finally:
-    ckpt.close()
+    if ckpt:
+      ckpt.close()

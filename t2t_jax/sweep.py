@@ -116,6 +116,7 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
                   "params_m": round(r["params"] / 1e6, 1) if r else None,
                   "dev_ppl": round(r["dev_ppl"], 2) if r and r["dev_ppl"] else None,
                   "dev_bleu": r["dev_bleu"] if r else None,
+                  "dev_tokenized_bleu": r["dev_tokenized_bleu"] if r else None,
                   "paper_params_m": p_params, "paper_dev_ppl": p_ppl, "paper_dev_bleu": p_bleu,
                   "steps": r["steps"] if r else None,
                   "train_minutes": r["train_minutes"] if r else None,
@@ -126,14 +127,16 @@ def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
     w.writeheader()
     w.writerows(table)
   fmt = lambda x: "pending" if x is None else str(x)
-  lines = ["| experiment | change | params (M) | paper | dev PPL | paper | dev BLEU | paper "
-           "| steps | train min |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  # The paper's BLEU is tokenized (section 6.1 / T2T's script): it is compared with our
+  # tokenized BLEU; sacreBLEU (detokenized) is given beside it for comparison with peers.
+  lines = ["| experiment | change | params (M) | paper | dev PPL | paper "
+           "| dev BLEU, tokenized | paper (tokenized) | dev sacreBLEU | steps | train min |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for t in table:
     lines.append(f"| {t['experiment']} | {t['change']} | {fmt(t['params_m'])} | "
                  f"{t['paper_params_m'] or ''} | {fmt(t['dev_ppl'])} | {t['paper_dev_ppl']} | "
-                 f"{fmt(t['dev_bleu'])} | {t['paper_dev_bleu']} | {fmt(t['steps'])} | "
-                 f"{fmt(t['train_minutes'])} |")
+                 f"{fmt(t['dev_tokenized_bleu'])} | {t['paper_dev_bleu']} | "
+                 f"{fmt(t['dev_bleu'])} | {fmt(t['steps'])} | {fmt(t['train_minutes'])} |")
   md_path = os.path.join(workdir, f"{sweep}.md")
   with open(md_path, "w") as f:
     f.write("\n".join(lines) + "\n")
@@ -153,13 +156,14 @@ def _chart(table: list[dict], path: str) -> None:
   x = range(len(table))
   nan = float("nan")
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(table)), 7), sharex=True)
-  panels = ((top, "dev_bleu", "dev BLEU - base's", lambda v, b: v - b, 0.0),
+  panels = ((top, "dev_tokenized_bleu", "tokenized dev BLEU - base's", lambda v, b: v - b, 0.0),
             (bottom, "dev_ppl", "dev PPL / base's", lambda v, b: v / b, 1.0))
   for ax, key, label, rel, level in panels:
-    for offset, prefix, name in ((-0.2, "", "ours"), (0.2, "paper_", "paper")):
-      b = base[prefix + key]
+    paper_key = "paper_dev_bleu" if key == "dev_tokenized_bleu" else "paper_" + key
+    for offset, column, name in ((-0.2, key, "ours"), (0.2, paper_key, "paper")):
+      b = base[column]
       ax.bar([i + offset for i in x],
-             [rel(t[prefix + key], b) if t[prefix + key] is not None and b else nan
+             [rel(t[column], b) if t[column] is not None and b else nan
               for t in table], width=0.4, label=name)
     ax.axhline(level, color="gray", linewidth=0.8)
     ax.set_ylabel(label)

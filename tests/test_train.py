@@ -223,6 +223,26 @@ def test_average_is_the_elementwise_mean(tmp_path):
   assert "2..4" in label
 
 
+def test_a_stale_average_is_not_used_silently(tmp_path, capsys):
+  """A run resumed and trained on after averaging: inference takes the newest checkpoint and
+  says which steps the old average covers and how to refresh it."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (1, 2):
+    ckpt.save(step, state.replace(params=jax.tree_util.tree_map(lambda x: x + step,
+                                                                state.params)))
+  checkpoints.average(str(tmp_path), 2, state)
+  newer = state.replace(params=jax.tree_util.tree_map(lambda x: x * 0 + 7.0, state.params))
+  ckpt.save(3, newer)
+  ckpt.close()
+  params, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert label == "checkpoint 3"
+  _assert_trees_close(params, newer.params, atol=0)
+  err = capsys.readouterr().err
+  assert "averages checkpoints 1..2, but checkpoint 3 is newer" in err and "--mode=average" in err
+
+
 def _train_cmd(workdir, steps, extra=()):
   sets = {**TINY_SETS, "train.steps": steps, "train.checkpoint_every_steps": 10,
           "train.log_every_steps": 5, "train.eval_every_steps": 20,
