@@ -110,16 +110,21 @@ def _mix32(h: Array) -> Array:
   return h ^ (h >> 16)
 
 
-def dropout_keep_mask(key: Array, shape: tuple[int, ...], rate: float) -> Array:
+def dropout_keep_mask(key: Array, shape: tuple[int, ...], rate: float,
+                      first_row: Array | int = 0) -> Array:
   """Boolean keep mask with P(keep) = 1 - rate (to 2^-32), as a counter-based hash.
 
   On XLA:CPU `jax.random.bits` costs ~15 ns per element (threefry is not
   vectorised), which made dropout masks ~11% of a training step; hashing the
   element index with two key words drawn from `key` is ~50x cheaper. Masks are
-  a pure function of `key`, so resumed runs replay them exactly.
+  a pure function of `key`, so resumed runs replay them exactly. The index counts
+  from row `first_row` of the batch (axis 0): a row's mask depends on its place in
+  the whole batch, not on how the batch was split over devices.
   """
   k = jax.random.bits(key, (2,), jnp.uint32)
-  index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+  row_elements = math.prod(shape[1:])
+  index = (jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+           + jnp.asarray(first_row, jnp.uint32) * jnp.uint32(row_elements))
   h = _mix32(_mix32(index * jnp.uint32(0x9E3779B9) + k[0]) ^ k[1])
   return h >= jnp.uint32(min(int(round(rate * 2.0 ** 32)), 2 ** 32 - 1))
 
@@ -157,12 +162,13 @@ tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
 class Dropout(nn.Module):
   """Inverted dropout (section 5.4) with the cheap mask of `dropout_keep_mask`."""
   rate: float
+  first_row: Array | int = 0  # x's first row in the step's global batch (train.train_step)
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool) -> Array:
     if deterministic or self.rate == 0.0:
       return x
-    keep = dropout_keep_mask(self.make_rng("dropout"), x.shape, self.rate)
+    keep = dropout_keep_mask(self.make_rng("dropout"), x.shape, self.rate, self.first_row)
     return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - self.rate), x.dtype), jnp.zeros_like(x))
 
 
@@ -180,6 +186,7 @@ class MultiHeadAttention(nn.Module):
   is how cached decoding avoids re-running the prefix.
   """
   cfg: ModelConfig
+  first_row: Array | int = 0
 
   def setup(self):
     h, d_k, d_v = self.cfg.num_heads, self.cfg.d_k, self.cfg.d_v
@@ -187,7 +194,7 @@ class MultiHeadAttention(nn.Module):
     self.key = _dense(self.cfg, h * d_k, False)
     self.value = _dense(self.cfg, h * d_v, False)
     self.out = _dense(self.cfg, self.cfg.d_model, False)
-    self.weights_dropout = Dropout(self.cfg.attention_dropout)
+    self.weights_dropout = Dropout(self.cfg.attention_dropout, self.first_row)
 
   def project_kv(self, x_kv: Array) -> tuple[Array, Array]:
     """[b, L, d_model] -> keys [b, L, h, d_k], values [b, L, h, d_v]."""
@@ -217,23 +224,27 @@ class MultiHeadAttention(nn.Module):
 class FeedForward(nn.Module):
   """FFN(x) = max(0, x W1 + b1) W2 + b2, section 3.3."""
   cfg: ModelConfig
+  first_row: Array | int = 0
 
   @nn.compact
   def __call__(self, x: Array, train: bool = False) -> Array:
     x = nn.relu(_dense(self.cfg, self.cfg.d_ff, True, name="wi")(x))
-    x = Dropout(self.cfg.relu_dropout)(x, deterministic=not train)
+    x = Dropout(self.cfg.relu_dropout, self.first_row)(x, deterministic=not train)
     return _dense(self.cfg, self.cfg.d_model, True, name="wo")(x)
 
 
 class EncoderLayer(nn.Module):
   cfg: ModelConfig
+  first_row: Array | int = 0
 
   @nn.compact
   def __call__(self, x: Array, self_bias: Array, train: bool) -> Array:
-    drop = lambda y: Dropout(self.cfg.dropout)(y, deterministic=not train)
-    x = nn.LayerNorm(name="ln_self_attention")(
-        x + drop(MultiHeadAttention(self.cfg, name="self_attention")(x, x, self_bias, train)))
-    return nn.LayerNorm(name="ln_ffn")(x + drop(FeedForward(self.cfg, name="ffn")(x, train)))
+    row = self.first_row
+    drop = lambda y: Dropout(self.cfg.dropout, row)(y, deterministic=not train)
+    x = nn.LayerNorm(name="ln_self_attention")(x + drop(
+        MultiHeadAttention(self.cfg, row, name="self_attention")(x, x, self_bias, train)))
+    return nn.LayerNorm(name="ln_ffn")(
+        x + drop(FeedForward(self.cfg, row, name="ffn")(x, train)))
 
 
 class DecoderLayer(nn.Module):
@@ -244,15 +255,16 @@ class DecoderLayer(nn.Module):
   are projected once per sentence.
   """
   cfg: ModelConfig
+  first_row: Array | int = 0
 
   def setup(self):
-    self.self_attention = MultiHeadAttention(self.cfg)
-    self.cross_attention = MultiHeadAttention(self.cfg)
-    self.ffn = FeedForward(self.cfg)
+    self.self_attention = MultiHeadAttention(self.cfg, self.first_row)
+    self.cross_attention = MultiHeadAttention(self.cfg, self.first_row)
+    self.ffn = FeedForward(self.cfg, self.first_row)
     self.ln_self_attention = nn.LayerNorm()
     self.ln_cross_attention = nn.LayerNorm()
     self.ln_ffn = nn.LayerNorm()
-    self.dropout = Dropout(self.cfg.dropout)
+    self.dropout = Dropout(self.cfg.dropout, self.first_row)
 
   def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train):
     drop = lambda z: self.dropout(z, deterministic=not train)
@@ -333,8 +345,13 @@ def shift_right(targets: Array) -> Array:
 
 
 class Transformer(nn.Module):
-  """Encoder-decoder Transformer; `encode` and `decode` are usable on their own."""
+  """Encoder-decoder Transformer; `encode` and `decode` are usable on their own.
+
+  `first_row`: the batch's first row in the training step's global batch, which
+  places each example's dropout masks (see `dropout_keep_mask`).
+  """
   cfg: ModelConfig
+  first_row: Array | int = 0
 
   def setup(self):
     cfg = self.cfg
@@ -344,10 +361,11 @@ class Transformer(nn.Module):
                           embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
     self.encoder_positions = Positions(cfg, name="encoder_positions")
     self.decoder_positions = Positions(cfg, name="decoder_positions")
-    self.embed_dropout = Dropout(cfg.dropout)
-    self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}")
+    self.embed_dropout = Dropout(cfg.dropout, self.first_row)
+    self.encoder_layers = [EncoderLayer(cfg, self.first_row, name=f"encoder_{i}")
                            for i in range(cfg.num_encoder_layers)]
-    self.decoder_layers = [DecoderLayer(cfg, name=f"decoder_{i}") for i in range(cfg.num_layers)]
+    self.decoder_layers = [DecoderLayer(cfg, self.first_row, name=f"decoder_{i}")
+                           for i in range(cfg.num_layers)]
 
   def _embed(self, tokens: Array, positions: nn.Module, train: bool) -> Array:
     x = self.embed(tokens) * math.sqrt(self.cfg.d_model)

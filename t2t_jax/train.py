@@ -4,8 +4,9 @@ Every optimiser update averages the label-smoothed cross-entropy over all
 non-pad target tokens of the step, whatever the number of devices or
 accumulation steps: per-micro-batch *sums* are accumulated with `lax.scan`,
 averaged over devices with `lax.pmean`, and divided by the (equally averaged)
-token count. So the 8-GPU recipe and its 1-device, 8-accumulation replay give
-the same update.
+token count, and each example's dropout masks follow its row in the step's
+global batch. So the 8-GPU recipe and its 1-device, 8-accumulation replay give
+the same update, dropout included.
 
 Resuming is exact: the input pipeline and the dropout RNG are pure functions
 of (seed, step), so a checkpoint only needs the train state and its step.
@@ -129,15 +130,20 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
   is proportional to its rate, so scaling the update is exactly scaling the rate.
   """
   rng = step_rng(rng, state.step + 1)
-  rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))  # per device
-  transformer = model.Transformer(cfg.model)
+  accum = batch["inputs"].shape[0]
+  device = jax.lax.axis_index(axis_name)  # global: process-major, as the input pipeline lays out
 
   def micro(carry, xs):
     mb, index = xs
+    # One key for the whole step; each example's masks follow its row in the step's global
+    # batch (which the input pipeline fills micro-batch by micro-batch, device by device),
+    # so 1 device with accumulation, 8 devices and 2 x 4 draw the same masks.
+    rows = mb["inputs"].shape[0]
+    transformer = model.Transformer(cfg.model, first_row=(device * accum + index) * rows)
 
     def loss_of(params):
       logits = transformer.apply({"params": params}, mb["inputs"], mb["targets"], train=True,
-                                 rngs={"dropout": jax.random.fold_in(rng, index)})
+                                 rngs={"dropout": rng})
       smoothed, nll, tokens = loss_sums(logits, mb["targets"], cfg.model.label_smoothing)
       return smoothed, (nll, tokens)
 
@@ -146,7 +152,6 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
     return (jax.tree_util.tree_map(jnp.add, acc_grads, grads), acc_loss + smoothed,
             acc_nll + nll, acc_tokens + tokens), None
 
-  accum = batch["inputs"].shape[0]
   zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
   init = (zeros, jnp.float32(0), jnp.float32(0), jnp.float32(0))
   (grads, loss, nll, tokens), _ = jax.lax.scan(micro, init, (batch, jnp.arange(accum)))

@@ -146,20 +146,31 @@ def test_lr_factor_is_exactly_a_scaled_learning_rate():
     np.testing.assert_array_equal(a, b)
 
 
-def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch():
+def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch_with_dropout():
   if jax.local_device_count() < 8:
     pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
-  cfg = tiny_cfg(**{"train.learning_rate_scale": 100.0})  # large enough updates to compare
+  # With every kind of dropout: each example's masks follow its place in the global batch,
+  # not the device or micro-batch it lands on.
+  cfg = tiny_cfg(**{"train.learning_rate_scale": 100.0,  # large enough updates to compare
+                    "model.dropout": 0.1, "model.attention_dropout": 0.1,
+                    "model.relu_dropout": 0.1})
   batch = _random_batch(np.random.default_rng(0), 32, 9, 64)
   one_big = _one_step(cfg, {k: v.reshape(1, 1, 32, 9) for k, v in batch.items()}, 1)
   eight = _one_step(cfg, {k: v.reshape(8, 1, 4, 9) for k, v in batch.items()}, 8)
   accum = _one_step(cfg, {k: v.reshape(1, 4, 8, 9) for k, v in batch.items()}, 1)
+  eight_accum = _one_step(cfg, {k: v.reshape(8, 2, 2, 9) for k, v in batch.items()}, 8)
   start = train.init_state(cfg, optim.make_optimizer(cfg)).params
   moved = max(float(jnp.abs(a - b).max()) for a, b in
               zip(jax.tree_util.tree_leaves(one_big), jax.tree_util.tree_leaves(start)))
   assert moved > 1e-3  # the step really changed the parameters
   _assert_trees_close(eight, one_big, atol=1e-6)
   _assert_trees_close(accum, one_big, atol=1e-6)
+  _assert_trees_close(eight_accum, one_big, atol=1e-6)
+  # ... and dropout was really on: without it the update differs.
+  no_dropout = _one_step(tiny_cfg(**{"train.learning_rate_scale": 100.0}),
+                         {k: v.reshape(1, 1, 32, 9) for k, v in batch.items()}, 1)
+  assert max(float(jnp.abs(a - b).max()) for a, b in
+             zip(jax.tree_util.tree_leaves(one_big), jax.tree_util.tree_leaves(no_dropout))) > 1e-4
 
 
 def test_workdir_refuses_another_model_but_not_a_record_older_than_a_new_field(tmp_path):
