@@ -129,7 +129,7 @@ def _device_counts(default_both: bool) -> list[int]:
 
 
 def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
-                repeats: int) -> dict[str, Any]:
+                repeats: int, min_steps: int = 1) -> dict[str, Any]:
   """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
   import jax
   import numpy as np
@@ -158,7 +158,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   start = time.perf_counter()
   state, metrics = p_train(state, batch_arrays, rngs)
   jax.block_until_ready(metrics)
-  steps_per_rep = max(1, min(3, int(10.0 / (time.perf_counter() - start))))
+  steps_per_rep = max(min_steps, min(3, int(10.0 / (time.perf_counter() - start))))
   times, peaks = [], []
   for _ in range(repeats):
     # The peak is re-measured beside every repetition: on a shared machine both
@@ -405,7 +405,8 @@ def run_host() -> None:
   batch = FLAGS.batch or -(-cfg.train.tokens_per_step // length // n) * n
   if batch % n:
     raise app.UsageError(f"--batch={batch} is not divisible by {n} devices")
-  bare = bench_train(cfg, "host", n, batch, length, FLAGS.repeats)
+  # Timed over as many steps as the loop's window, so that both medians are as steady.
+  bare = bench_train(cfg, "host", n, batch, length, max(FLAGS.repeats, 5), min_steps=50)
   bare_ms = 1e3 / bare["steps_per_sec"]
   _emit({"what": "host", "experiment": cfg.name, "devices": n, "steps_timed": steps,
          "tokens_per_step": cfg.train.tokens_per_step,
