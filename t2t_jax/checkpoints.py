@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from typing import Any
 
 import jax
@@ -19,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
+from t2t_jax.errors import UserError
 
 
 def _abstract(tree: Any) -> Any:
@@ -47,23 +49,64 @@ class Checkpointer:
   def restore(self, step: int, like: Any) -> Any:
     return self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
 
-  def restore_latest(self, like: Any) -> tuple[Any, int] | None:
-    """The newest checkpoint that restores; a corrupt one is moved aside with a message."""
-    for step in reversed(self.steps()):
+  def restore_latest(self, like: Any, retries: int = 3) -> tuple[Any, int] | None:
+    """The newest checkpoint that restores, else None.
+
+    Only a checkpoint whose files cannot be read as a checkpoint (incomplete, truncated,
+    corrupt) is set aside, by process 0 alone; the others skip it, so every process resumes
+    from the same step. A checkpoint of another structure (another optimiser, a changed
+    state) is a one-line error with nothing moved; an I/O error is retried, then is one.
+    """
+    steps = self.steps()
+    for step in reversed(steps):
+      path = os.path.join(self.directory, str(step))
       try:
-        return self.restore(step, like), step
-      except Exception as e:  # corrupt or truncated files: fall back to the previous one
-        bad = os.path.join(self.directory, str(step))
+        return self._restore_retrying(step, like, retries), step
+      except _StructureMismatch as e:
+        raise UserError(f"checkpoint {path} does not hold this run's training state (first "
+                        f"difference: {e}); nothing was moved. It was written by another "
+                        f"optimiser or version: use another --workdir") from None
+      except OSError as e:
+        raise UserError(f"could not read checkpoint {path} ({e.strerror or e}) after "
+                        f"{retries} tries; nothing was moved: run the command again") from None
+      except Exception as e:  # the checkpoint's own files are broken
         aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}")
-        print(f"warning: checkpoint {bad} could not be restored ({type(e).__name__}); "
-              f"moved to {aside}, trying the previous one", file=sys.stderr, flush=True)
-        shutil.rmtree(aside, ignore_errors=True)
-        shutil.move(bad, aside)
-        self._manager.reload()
+        if jax.process_index() == 0:
+          print(f"warning: checkpoint {path} could not be restored ({type(e).__name__}); "
+                f"moved to {aside}, trying the previous one", file=sys.stderr, flush=True)
+          shutil.rmtree(aside, ignore_errors=True)
+          shutil.move(path, aside)
+          self._manager.reload()
+        else:
+          print(f"warning: checkpoint {path} could not be restored ({type(e).__name__}); "
+                f"process 0 sets it aside, trying the previous one", file=sys.stderr, flush=True)
+    if steps:
+      print(f"warning: none of the {len(steps)} checkpoint(s) in {self.directory} could be "
+            f"restored; training starts again from step 0", file=sys.stderr, flush=True)
     return None
+
+  def _restore_retrying(self, step: int, like: Any, retries: int) -> Any:
+    for attempt in range(retries):
+      try:
+        return self.restore(step, like)
+      except OSError:
+        if attempt == retries - 1:
+          raise
+        time.sleep(2.0 ** attempt)
+      except ValueError as e:
+        lines = str(e).splitlines()
+        if lines and "tree structures do not match" in lines[0]:
+          first = next((l.strip().rstrip(":") for l in lines[1:] if l.strip().endswith(":")),
+                       "the tree structure")
+          raise _StructureMismatch(first) from None
+        raise
 
   def close(self) -> None:
     self._manager.close()
+
+
+class _StructureMismatch(Exception):
+  """A checkpoint that reads fine but holds another state structure than asked for."""
 
 
 RUN_INFO = "experiment.json"  # what a workdir was trained with, written when training starts

@@ -548,3 +548,50 @@ def test_prefetcher_yields_in_order_then_raises_the_producers_error():
   next(early)
   early.close()
   assert not early._thread.is_alive()
+
+
+def test_a_checkpoint_of_another_structure_is_an_error_and_nothing_is_moved(tmp_path):
+  """Another optimiser's state is not corruption: no checkpoint is set aside, and training
+  does not silently start again from step 0."""
+  import optax
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  ckpt.save(1, state)
+  ckpt.save(2, state)
+  other = state.replace(opt_state=optax.sgd(0.1, momentum=0.9).init(state.params))
+  with pytest.raises(UserError, match=r"does not hold this run's training state \(first "
+                                      r"difference: opt_state.*nothing was moved"):
+    ckpt.restore_latest(other)
+  assert ckpt.steps() == [1, 2]
+  assert not list(tmp_path.glob("corrupt_checkpoint_*"))
+  ckpt.close()
+
+
+def test_an_io_error_is_retried_then_a_one_line_error(tmp_path, monkeypatch):
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  ckpt.save(3, state)
+  real, calls = checkpoints.Checkpointer.restore, []
+
+  def flaky(self, step, like):
+    calls.append(step)
+    if len(calls) < 3:
+      raise OSError(5, "Input/output error")
+    return real(self, step, like)
+
+  monkeypatch.setattr(checkpoints.Checkpointer, "restore", flaky)
+  monkeypatch.setattr(checkpoints.time, "sleep", lambda s: None)
+  restored, step = ckpt.restore_latest(state)
+  assert step == 3 and calls == [3, 3, 3]
+  calls.clear()
+  monkeypatch.setattr(checkpoints.Checkpointer, "restore",
+                      lambda self, step, like: (_ for _ in ()).throw(OSError(5, "I/O error")))
+  with pytest.raises(UserError, match="could not read checkpoint .* after 3 tries; nothing "
+                                      "was moved"):
+    ckpt.restore_latest(state)
+  assert ckpt.steps() == [3] and not list(tmp_path.glob("corrupt_checkpoint_*"))
+  ckpt.close()
