@@ -66,31 +66,41 @@ class Checkpointer:
         raise UserError(f"checkpoint {path} does not hold this run's training state (first "
                         f"difference: {e}); nothing was moved. It was written by another "
                         f"optimiser or version: use another --workdir") from None
-      except OSError as e:
+      except Exception as e:
+        if not os.path.isdir(path):  # process 0 set it aside while this process read it
+          print(f"warning: checkpoint {path} was set aside by process 0; trying the previous "
+                f"one", file=sys.stderr, flush=True)
+          self._manager.reload()
+          continue
+        if not _transient(e):
+          self._set_aside(step, path, e)
+          continue
         raise UserError(f"could not read checkpoint {path} ({e.strerror or e}) after "
                         f"{retries} tries; nothing was moved: run the command again") from None
-      except Exception as e:  # the checkpoint's own files are broken
-        aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}")
-        if jax.process_index() == 0:
-          print(f"warning: checkpoint {path} could not be restored ({type(e).__name__}); "
-                f"moved to {aside}, trying the previous one", file=sys.stderr, flush=True)
-          shutil.rmtree(aside, ignore_errors=True)
-          shutil.move(path, aside)
-          self._manager.reload()
-        else:
-          print(f"warning: checkpoint {path} could not be restored ({type(e).__name__}); "
-                f"process 0 sets it aside, trying the previous one", file=sys.stderr, flush=True)
     if steps:
       print(f"warning: none of the {len(steps)} checkpoint(s) in {self.directory} could be "
             f"restored; training starts again from step 0", file=sys.stderr, flush=True)
     return None
 
+  def _set_aside(self, step: int, path: str, error: Exception) -> None:
+    """A checkpoint whose own files are broken: process 0 moves it out of the way."""
+    aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}")
+    if jax.process_index() == 0:
+      print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
+            f"moved to {aside}, trying the previous one", file=sys.stderr, flush=True)
+      shutil.rmtree(aside, ignore_errors=True)
+      shutil.move(path, aside)
+      self._manager.reload()
+    else:
+      print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
+            f"process 0 sets it aside, trying the previous one", file=sys.stderr, flush=True)
+
   def _restore_retrying(self, step: int, like: Any, retries: int) -> Any:
     for attempt in range(retries):
       try:
         return self.restore(step, like)
-      except OSError:
-        if attempt == retries - 1:
+      except OSError as e:
+        if not _transient(e) or attempt == retries - 1:
           raise
         time.sleep(2.0 ** attempt)
       except ValueError as e:
@@ -103,6 +113,14 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _transient(error: Exception) -> bool:
+  """An I/O error worth retrying (a network filesystem's hiccup), not a broken file."""
+  import errno
+  return isinstance(error, OSError) and error.errno in (
+      errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ESTALE, errno.EBUSY, errno.EINTR,
+      errno.ECONNRESET)
 
 
 class _StructureMismatch(Exception):

@@ -94,3 +94,18 @@ def test_sigterm_to_one_process_stops_both_after_the_same_step_with_one_checkpoi
   assert "on a signal to another process" in outs[0] and "on SIGTERM" in outs[1]
   assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()
                 if p.name.isdigit()) == [stopped[0]]
+
+
+def test_a_truncated_checkpoint_is_set_aside_once_and_both_processes_resume_together(tmp_path):
+  extra = {"train.final_eval": False, "train.checkpoint_every_steps": 3}
+  _run_two_processes(tmp_path, 6, extra)
+  for f in (tmp_path / "checkpoints" / "6").rglob("*"):
+    if f.is_file() and f.stat().st_size > 0:
+      with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size // 2)
+  outs = _run_two_processes(tmp_path, 6, extra)
+  assert all("resuming from checkpoint 3" in out for out in outs), outs[1][-2000:]
+  assert "moved to" in outs[0] and "moved to" not in outs[1]
+  assert (tmp_path / "corrupt_checkpoint_6").is_dir()
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()
+                if p.name.isdigit()) == [3, 6]
