@@ -40,10 +40,19 @@ class Checkpointer:
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def save(self, step: int, state: Any) -> str:
-    """Saves a host copy of `state` as checkpoint `step`; returns its path."""
+  def save(self, step: int, state: Any, on_signal: bool = False) -> str:
+    """Saves a host copy of `state` as checkpoint `step`; returns its path.
+
+    `on_signal`: written off schedule (a preemption), so averaging leaves it out.
+    """
     self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
     self._manager.wait_until_finished()
+    if on_signal and jax.process_index() == 0:
+      path = os.path.join(os.path.dirname(self.directory), SIGNAL_CHECKPOINTS)
+      steps = sorted(set(signal_checkpoints(os.path.dirname(self.directory))) | {step})
+      with open(path + ".tmp", "w") as f:
+        json.dump(steps, f)
+      os.replace(path + ".tmp", path)
     return os.path.join(self.directory, str(step))
 
   def restore(self, step: int, like: Any) -> Any:
@@ -61,7 +70,9 @@ class Checkpointer:
     for step in reversed(steps):
       path = os.path.join(self.directory, str(step))
       try:
-        return self._restore_retrying(step, like, retries), step
+        restored = self._restore_retrying(step, like, retries)
+        self._agree_on_steps()
+        return restored, step
       except _StructureMismatch as e:
         raise UserError(f"checkpoint {path} does not hold this run's training state (first "
                         f"difference: {e}); nothing was moved. It was written by another "
@@ -80,7 +91,16 @@ class Checkpointer:
     if steps:
       print(f"warning: none of the {len(steps)} checkpoint(s) in {self.directory} could be "
             f"restored; training starts again from step 0", file=sys.stderr, flush=True)
+    self._agree_on_steps()
     return None
+
+  def _agree_on_steps(self) -> None:
+    """After process 0 has set broken checkpoints aside, every process lists the same steps
+    (saving is collective: a process that still listed a moved step would skip its save)."""
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+      multihost_utils.sync_global_devices("t2t_jax: checkpoints restored")
+    self._manager.reload()
 
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
     """A checkpoint whose own files are broken: process 0 moves it out of the way."""
@@ -147,16 +167,34 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
                               for key, cls in sections.items()}
 
 
+SIGNAL_CHECKPOINTS = "signal_checkpoints.json"  # steps checkpointed off schedule, on a signal
+
+
+def signal_checkpoints(workdir: str) -> list[int]:
+  path = os.path.join(workdir, SIGNAL_CHECKPOINTS)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return json.load(f)
+
+
 def averaged_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "averaged")
 
 
 def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
-  """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1)."""
+  """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1:
+  "the last 5 checkpoints, which were written at 10-minute intervals").
+
+  Only checkpoints written on the schedule (`train.checkpoint_every_steps` /
+  `checkpoint_every_minutes`, and the last step) count; one written on a signal, at
+  whatever moment the job was preempted, is left out. The steps used go to averaged.json.
+  """
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise FileNotFoundError(f"no checkpoints in {os.path.join(workdir, 'checkpoints')}")
   ckpt = Checkpointer(workdir, keep=10**6, create=False)
-  steps = ckpt.steps()[-last:]
+  off_schedule = set(signal_checkpoints(workdir))
+  steps = [s for s in ckpt.steps() if s not in off_schedule][-last:]
   if not steps:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
   total = None

@@ -461,13 +461,13 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   if budget_spent:
     print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
 
-  def save(step: int) -> None:
+  def save(step: int, on_signal: bool = False) -> None:
     nonlocal last_ckpt_step, last_ckpt_time
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
     try:
-      path = ckpt.save(step, host)
+      path = ckpt.save(step, host, on_signal=on_signal)
     except OSError as e:
       good = [s for s in ckpt.steps() if s != step]
       raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: "
@@ -580,7 +580,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       if stop.signal_name:
         done = int(parallel.first(state.step))
         if done > last_ckpt_step:
-          save(done)
+          save(done, on_signal=True)
         print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
   finally:

@@ -595,3 +595,20 @@ def test_an_io_error_is_retried_then_a_one_line_error(tmp_path, monkeypatch):
     ckpt.restore_latest(state)
   assert ckpt.steps() == [3] and not list(tmp_path.glob("corrupt_checkpoint_*"))
   ckpt.close()
+
+
+def test_averaging_leaves_out_checkpoints_written_on_a_signal(tmp_path):
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (10, 20, 23, 30):  # 23: a preemption between the scheduled 20 and 30
+    ckpt.save(step, state.replace(params=jax.tree_util.tree_map(lambda x: x * 0 + step,
+                                                                state.params)),
+              on_signal=step == 23)
+  ckpt.close()
+  assert checkpoints.signal_checkpoints(str(tmp_path)) == [23]
+  _, steps = checkpoints.average(str(tmp_path), 3, state)
+  assert steps == [10, 20, 30]
+  params, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert label.startswith("average of checkpoints 10..30 (3)")
+  assert all(np.allclose(x, 20.0) for x in jax.tree_util.tree_leaves(params))
