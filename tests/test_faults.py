@@ -262,3 +262,19 @@ def test_eval_without_a_checkpoint_is_a_one_line_error(tmp_path):
   assert list(empty.iterdir()) == []
   _one_line_error(_run(tmp_path / "missing", "eval"), "no such workdir")
   assert not (tmp_path / "missing").exists()
+
+
+def test_a_stale_average_is_not_evaluated_silently(tmp_path):
+  """Trained, averaged, then resumed and trained on: translate uses the newest checkpoint and
+  says which steps the old average covers, instead of decoding with the stale average."""
+  workdir = tmp_path / "run"
+  r = _run(workdir, **{"train.steps": 10, "train.final_eval": True, "train.final_eval_test": False})
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert json.loads((workdir / "averaged" / "averaged.json").read_text())["steps"][-1] == 10
+  r = _run(workdir, **{"train.steps": 20})  # resumed: checkpoints 20 is newer than the average
+  assert r.returncode == 0, r.stderr[-3000:]
+  r = subprocess.run(_cmd(workdir, "translate", **{"train.steps": 20}), cwd=REPO, env=ENV,
+                     input="a\n", capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "but checkpoint 20 is newer; using checkpoint 20" in r.stderr
+  assert "translating 1 line(s) with checkpoint 20" in r.stderr
