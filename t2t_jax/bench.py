@@ -441,8 +441,7 @@ def run_input() -> None:
     cfg = override(cfg, {"data.dataset": FLAGS.dataset})
   cfg = input_pipeline.resolve_splits(cfg)
   n = _device_counts(default_both=False)[0]
-  cache = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))[0]
-  built_now = not os.path.exists(os.path.join(cache, "meta.json"))
+  built_now = input_pipeline.existing_cache(cfg) is None
   start = time.time()
   ds = input_pipeline.load(cfg, num_devices=n, process_index=jax.process_index(),
                            process_count=jax.process_count())

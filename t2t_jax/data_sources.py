@@ -104,7 +104,6 @@ def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | No
       raise DataError(f"{path} line {number}: invalid UTF-8 ({e.reason})") from None
 
   with open(paths[0], "rb") as f_src, open(paths[1], "rb") as f_tgt:
-    number = 0
     for number, (a, b) in enumerate(itertools.zip_longest(f_src, f_tgt), start=1):
       if a is None or b is None:
         counts = [number - 1 + (a is not None) + sum(1 for _ in f_src),

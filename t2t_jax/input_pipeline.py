@@ -276,6 +276,12 @@ def file_sha256(path: str) -> str:
     return hashlib.sha256(f.read()).hexdigest()
 
 
+def existing_cache(cfg: ExperimentConfig) -> str | None:
+  """The experiment's prepared cache directory if it exists; prepares nothing."""
+  out_dir = _prepared_dir(cfg, resolve_source(cfg))[0]
+  return out_dir if os.path.exists(os.path.join(out_dir, "meta.json")) else None
+
+
 def prepared_dir(cfg: ExperimentConfig) -> str:
   """Prepares the data if needed and returns its cache directory."""
   source = resolve_source(cfg)
@@ -320,9 +326,10 @@ def check_vocab(workdirs: list[str], cache_dir: str) -> None:
   cached = file_sha256(os.path.join(cache_dir, "spm.model"))
   for workdir in workdirs:
     path = os.path.join(workdir, WORKDIR_VOCAB)
-    if os.path.exists(path) and file_sha256(path) != cached:
+    ours = file_sha256(path) if os.path.exists(path) else cached
+    if ours != cached:
       raise DataError(f"the data cache {cache_dir} holds another vocabulary (sha256 "
-                      f"{cached[:12]}) than {workdir} was trained with ({file_sha256(path)[:12]}); "
+                      f"{cached[:12]}) than {workdir} was trained with ({ours[:12]}); "
                       f"the cache was built from other data or settings. Move it away to "
                       f"rebuild it, or point data.data_dir at the cache the run used")
 
@@ -333,8 +340,8 @@ def load_vocab(cfg: ExperimentConfig, workdirs: list[str] = ()) -> Vocabulary:
   path = workdir_vocab(list(workdirs))
   if path is None:
     return Vocabulary(os.path.join(prepared_dir(cfg), "spm.model"))
-  cache_dir = _prepared_dir(cfg, resolve_source(cfg))[0]
-  if os.path.exists(os.path.join(cache_dir, "meta.json")):
+  cache_dir = existing_cache(cfg)
+  if cache_dir:
     check_vocab(list(workdirs), cache_dir)
   return Vocabulary(path)
 

@@ -384,11 +384,11 @@ class LoopStats:
   """
   steps: int = 0
   loop_cpu_sec: float = 0.0
-  compiles: int = 0
   compiles_after_warmup: int = 0
   _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
 
-  def window(self, wall_sec: float, batches: parallel.Prefetcher) -> dict[str, float]:
+  def window(self, wall_sec: float, batches: parallel.Prefetcher, compiles: int
+             ) -> dict[str, float]:
     """The log line's figures, then a new window (compilations are counted over the run)."""
     steps = max(self.steps, 1)
     input_cpu, input_wait = (now - before for now, before in
@@ -396,7 +396,7 @@ class LoopStats:
     out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + input_cpu) / steps, 3),
            "host_input_ms_per_step": round(1e3 * input_cpu / steps, 3),
            "input_wait_fraction": round(input_wait / max(wall_sec, 1e-9), 4),
-           "compiles": self.compiles, "compiles_after_warmup": self.compiles_after_warmup}
+           "compiles": compiles, "compiles_after_warmup": self.compiles_after_warmup}
     self.steps, self.loop_cpu_sec = 0, 0.0
     self._input_before = (batches.cpu_sec, batches.wait_sec)
     return out
@@ -527,7 +527,6 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
         stats.steps += 1
         stats.loop_cpu_sec += time.thread_time() - cpu
-        stats.compiles = compiles.count
         if not (log_now or eval_now or ckpt_now):
           if stop_now:
             break
@@ -539,7 +538,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           # Token-weighted mean over the steps since the last log line (or the resume): the
           # single step's loss jumps with its length bucket.
           loss_mean = window_loss / max(window_tokens, 1e-9)
-          host = stats.window(now - window_start, batches)
+          host = stats.window(now - window_start, batches, compiles.count)
           window_tokens, window_loss, window_start = 0.0, 0.0, now
           elapsed = now - start_time
           eta = elapsed / (step - start_step) * (t.steps - step)
