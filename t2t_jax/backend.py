@@ -1,12 +1,55 @@
-"""Decisions that depend on the accelerator the step runs on, in one place.
+"""What runs differently on CPU, GPU and TPU: every such decision is made here.
 
-The plain JAX code is the default; a branch here exists only where a measurement
-showed a backend needs something else.
+The model and the trainer are the plain JAX/Flax code. Each function below names one
+path that only XLA:CPU takes, and why; a GPU or TPU takes the plain path unless a
+measurement there (experiments/results/device_check/) shows a custom one is faster.
+The functions that start processes (`host_platform`, `member_shares`) decide without
+initialising JAX: on a GPU that would claim the device's memory before the children
+that need it exist.
 """
 
 from __future__ import annotations
 
-import jax
+import importlib.metadata
+import importlib.util
+import os
+import re
+from typing import Literal, Mapping, Sequence
+
+from t2t_jax.errors import UserError
+
+Platform = Literal["cpu", "gpu", "tpu"]
+ModelPath = Literal["plain", "cpu_tuned"]
+
+# Set by the ensemble and sweep commands for each member run: the CPUs it may use.
+MEMBER_CPUS_ENV = "T2T_JAX_MEMBER_CPUS"
+
+
+def _canonical(name: str) -> str:
+  name = name.strip().lower()
+  return "gpu" if name in ("cuda", "rocm", "gpu") else name
+
+
+def platform() -> str:
+  """The backend the arrays live on (initialises JAX): "cpu", "gpu" or "tpu"."""
+  import jax
+  return _canonical(jax.default_backend())
+
+
+def model_path(implementation: str) -> ModelPath:
+  """`model.implementation` resolved: "auto" is "cpu_tuned" on CPU and "plain" elsewhere.
+
+  cpu_tuned: bf16 x bf16 -> float32 dots with float32 activations (AMX runs these ~4x faster
+  than float32, while bf16-out dots are slower on XLA:CPU), float32 gradient dots (XLA:CPU
+  cannot run some bf16 x bf16 -> float32 gradient dots) and a hand-written pre-softmax
+  gradient (XLA:CPU copied the [tokens, vocab] gradient into transposed order). plain: Flax's
+  own mixed precision, bf16 activations between the matmuls, autodiff everywhere.
+  """
+  if implementation == "auto":
+    return "cpu_tuned" if platform() == "cpu" else "plain"
+  if implementation not in ("plain", "cpu_tuned"):
+    raise ValueError(f"model.implementation={implementation!r}")
+  return implementation  # type: ignore[return-value]
 
 
 def allreduce_as_one_buffer() -> bool:
@@ -17,4 +60,107 @@ def allreduce_as_one_buffer() -> bool:
   the 34 tensors of a one-layer model. GPUs and TPUs reduce the tuple in one launch, so
   the extra concatenate and split would only cost memory traffic there.
   """
-  return jax.default_backend() == "cpu"
+  return platform() == "cpu"
+
+
+def _installed_plugins() -> set[str]:
+  """Names of the installed JAX accelerator plugins ("cuda", "rocm", "tpu")."""
+  found = set()
+  try:
+    names = [ep.name for ep in importlib.metadata.entry_points(group="jax_plugins")]
+  except Exception:  # a broken distribution's metadata must not stop a CPU run
+    names = []
+  if importlib.util.find_spec("jax_plugins") is not None:
+    import jax_plugins  # namespace package of the older plugins (jax_plugins.xla_cuda12)
+    names += [os.path.basename(p) for path in jax_plugins.__path__ for p in
+              (os.listdir(path) if os.path.isdir(path) else [])]
+  for name in names:
+    for kind in ("cuda", "rocm", "tpu"):
+      if kind in name.lower():
+        found.add(kind)
+  if importlib.util.find_spec("libtpu") is not None:
+    found.add("tpu")
+  return found
+
+
+def _gpu_nodes(dev: str) -> list[int]:
+  try:
+    return sorted(int(m.group(1)) for m in (re.fullmatch(r"nvidia(\d+)", n) for n in
+                                            os.listdir(dev)) if m)
+  except OSError:
+    return []
+
+
+def host_platform(environ: Mapping[str, str] = os.environ, dev: str = "/dev",
+                  plugins: set[str] | None = None) -> str:
+  """The backend JAX will pick in a process started with `environ`, guessed without
+  initialising JAX: JAX_PLATFORMS when set, else an installed accelerator plugin with its
+  device present, else "cpu"."""
+  chosen = environ.get("JAX_PLATFORMS") or environ.get("JAX_PLATFORM_NAME")
+  if chosen:
+    return _canonical(chosen.split(",")[0])
+  plugins = _installed_plugins() if plugins is None else plugins
+  if ("cuda" in plugins and _gpu_nodes(dev)) or ("rocm" in plugins and
+                                                  os.path.exists(os.path.join(dev, "kfd"))):
+    return "gpu"
+  if "tpu" in plugins and (os.path.exists(os.path.join(dev, "accel0"))
+                           or os.path.isdir(os.path.join(dev, "vfio"))):
+    return "tpu"
+  return "cpu"
+
+
+def cpu_host_tricks(environ: Mapping[str, str] = os.environ) -> bool:
+  """Whether the host-side CPU tricks apply (glibc huge pages in `hostmem`, members pinned
+  to cores): only when the arrays live on the CPU, whose step temporaries they are for."""
+  return host_platform(environ) == "cpu"
+
+
+def core_shares(cpus: Sequence[int], members: int) -> list[list[int]] | None:
+  """Disjoint, contiguous, near-equal shares of `cpus`, one per member; None when there are
+  fewer CPUs than members (then members share all of them)."""
+  cpus = sorted(cpus)
+  if len(cpus) < members:
+    return None
+  size, extra = divmod(len(cpus), members)
+  shares, start = [], 0
+  for i in range(members):
+    end = start + size + (1 if i < extra else 0)
+    shares.append(cpus[start:end])
+    start = end
+  return shares
+
+
+def member_shares(members: int, environ: Mapping[str, str] = os.environ, dev: str = "/dev",
+                  plugins: set[str] | None = None) -> list[tuple[str, dict[str, str]]] | None:
+  """For runs side by side on one host (ensemble members, sweep rows): per run, what it gets
+  and the environment variables that give it that. On CPU a share of the cores, on GPU a
+  share of the visible GPUs; None when there are fewer of them than runs (they share all).
+
+  A TPU host's chips are not split between processes here: a UserError says so.
+  """
+  kind = host_platform(environ, dev, plugins)
+  if kind == "tpu":
+    raise UserError(f"{members} runs side by side on one TPU host are not supported; "
+                    "run them one after another, or as separate jobs (--print_commands)")
+  if kind == "gpu":
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = ([g for g in visible.split(",") if g.strip()] if visible is not None
+            else [str(i) for i in _gpu_nodes(dev)])
+    shares = core_shares(range(len(gpus)), members)
+    if shares is None:
+      return None
+    return [(f"GPUs {','.join(gpus[i] for i in share)}",
+             {"CUDA_VISIBLE_DEVICES": ",".join(gpus[i] for i in share)}) for share in shares]
+  cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else []
+  shares = core_shares(cpus, members)
+  if shares is None:
+    return None
+  return [(f"cores {','.join(map(str, s))}", {MEMBER_CPUS_ENV: ",".join(map(str, s))})
+          for s in shares]
+
+
+def pin_member() -> None:
+  """In a member run, first thing: keep to the cores `member_shares` gave it (CPU only)."""
+  cpus = os.environ.get(MEMBER_CPUS_ENV)
+  if cpus and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])

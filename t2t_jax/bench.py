@@ -1,4 +1,4 @@
-r"""Benchmarks: `python -m t2t_jax.bench --what=train|decode|input|profile|host`.
+r"""Benchmarks: `python -m t2t_jax.bench --what=train|decode|input|profile|host|device_check`.
 
 Every measurement is one JSON line on stdout (progress goes to stderr). Speeds
 are medians of `--repeats` timed runs after compilation. Utilisation is
@@ -13,7 +13,6 @@ with no padding; there is no benchmark-only code path.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import resource
@@ -25,12 +24,14 @@ from typing import Any
 from absl import app, flags
 
 from t2t_jax import hostmem
-from t2t_jax.config import ModelConfig
+from t2t_jax.bench_step import bench_train, matmul_peak, median_time, train_flops
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host"],
+flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host",
+                                    "device_check"],
                   "What to measure (`profile`: where a train step's time goes; `host`: "
-                  "what the training loop costs beyond its step).")
+                  "what the training loop costs beyond its step; `device_check`: the whole "
+                  "machine, into one JSON file, see t2t_jax/device_check.py).")
 flags.DEFINE_enum("workload", None, ["small", "base", "big"],
                   "A standard workload (fixed shapes, random tokens). Default: small for "
                   "train, base for decode.")
@@ -49,6 +50,8 @@ flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config fi
                           "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
 flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
                      "log window, 100 steps, is warm-up).")
+flags.DEFINE_bool("quick", False, "Device check: tiny models and runs (minutes on a CPU).")
+flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to write.")
 flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
 
 # The standard workloads of the performance issue: model overrides and batch shape.
@@ -69,39 +72,6 @@ def _log(msg: str) -> None:
 
 def _emit(record: dict[str, Any]) -> None:
   print(json.dumps(record), flush=True)
-
-
-def _median_time(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
-def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of a jitted n x n dot on one device (bf16 inputs accumulate in float32)."""
-  import jax
-  import jax.numpy as jnp
-  in_dtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(in_dtype)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(in_dtype)
-  dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
-  jax.block_until_ready(dot(a, b))
-  t = _median_time(lambda: jax.block_until_ready(dot(a, b)), repeats)
-  return 2 * n ** 3 / t
-
-
-def train_flops(m: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
-  """Analytic FLOPs of one training step of model config `m`: matmuls only, training = 3 x
-  forward."""
-  d, d_ff, L = m.d_model, m.d_ff, m.num_layers
-  enc = src_len * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
-  dec = tgt_len * L * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
-  cross_kv = src_len * L * 2 * d * d
-  out = tgt_len * d * m.vocab_size
-  return 3 * 2 * batch * (enc + dec + cross_kv + out)
 
 
 def _experiment(name: str | None, workload: str | None, dtype: str):
@@ -126,61 +96,6 @@ def _device_counts(default_both: bool) -> list[int]:
                            f"XLA_FLAGS=--xla_force_host_platform_device_count=N)")
     return counts
   return sorted({1, n}) if default_both else [n]
-
-
-def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
-                repeats: int, min_steps: int = 1) -> dict[str, Any]:
-  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
-  import jax
-  import numpy as np
-  from t2t_jax import optim, parallel, train
-  from t2t_jax.config import override
-  if batch % num_devices:
-    raise app.UsageError(f"batch {batch} is not divisible by {num_devices} devices")
-  tokens = batch * length
-  cfg = override(cfg, {"train.tokens_per_step": tokens, "train.max_tokens_per_batch": tokens})
-  optimizer = optim.make_optimizer(cfg)
-  devices = jax.local_devices()[:num_devices]
-  p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
-  state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
-  rng = np.random.default_rng(0)
-  shape = (num_devices, 1, batch // num_devices, length)
-  batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
-                  for k in ("inputs", "targets")}
-  batch_arrays = parallel.shard(batch_arrays, num_devices)
-  rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
-  start = time.perf_counter()
-  state, metrics = p_train(state, batch_arrays, rngs)
-  jax.block_until_ready(metrics)
-  compile_s = time.perf_counter() - start
-  # One untimed step: the second call sees the trainer's own output state (its
-  # first input came from `replicate`) and may specialise once more.
-  start = time.perf_counter()
-  state, metrics = p_train(state, batch_arrays, rngs)
-  jax.block_until_ready(metrics)
-  steps_per_rep = max(min_steps, min(3, int(10.0 / (time.perf_counter() - start))))
-  times, peaks = [], []
-  for _ in range(repeats):
-    # The peak is re-measured beside every repetition: on a shared machine both
-    # drift together, so their ratio (matmul_peak_fraction) is steadier than either.
-    peaks.append(matmul_peak(cfg.model.dtype, repeats=3))
-    start = time.perf_counter()
-    for _ in range(steps_per_rep):
-      state, metrics = p_train(state, batch_arrays, rngs)
-    jax.block_until_ready(metrics)
-    times.append((time.perf_counter() - start) / steps_per_rep)
-  t = statistics.median(times)
-  peak = statistics.median(peaks)
-  m = cfg.model
-  flops = train_flops(m, batch, length, length)
-  return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
-          "batch": batch, "length": length,
-          "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
-          "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
-          "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
-          "matmul_peak_fraction": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
-          "loss": round(float(metrics["loss"][0]), 4),
-          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
 def run_train(argv_workload: str | None) -> None:
@@ -248,7 +163,7 @@ def run_profile(workload: str | None) -> None:
 
   def timed(fn, *args) -> float:
     jax.block_until_ready(fn(*args))
-    return _median_time(lambda: jax.block_until_ready(fn(*args)), FLAGS.repeats)
+    return median_time(lambda: jax.block_until_ready(fn(*args)), FLAGS.repeats)
 
   def full_step(c) -> float:
     p_train, _ = train.make_steps(c, optimizer, devices=jax.local_devices()[:1])
@@ -463,7 +378,7 @@ def run_input() -> None:
     counted.update(real=real, slots=slots)
 
   draw()  # warm the page cache
-  t = _median_time(draw, FLAGS.repeats)
+  t = median_time(draw, FLAGS.repeats)
   info = ds.info()
   _emit({"what": "input", "dataset": cfg.data.dataset, "experiment": FLAGS.experiment or
          "base_ende", "devices": n, "steps": steps, "batches_per_sec": round(steps / t, 1),
@@ -496,6 +411,9 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   if FLAGS.workload and FLAGS.experiment:
     raise app.UsageError("give --workload or --experiment, not both")
+  if FLAGS.what == "device_check":  # before this process starts JAX: see device_check.py
+    from t2t_jax import device_check
+    sys.exit(device_check.run(FLAGS.quick, FLAGS.out))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError

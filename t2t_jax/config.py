@@ -41,6 +41,13 @@ class ModelConfig:
   label_smoothing: float = 0.1  # eps_ls
   positional: Literal["sinusoidal", "learned"] = "sinusoidal"
   dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype; params stay float32
+  # Which code the model runs (t2t_jax/backend.py): "plain" Flax, "cpu_tuned" for XLA:CPU, or
+  # "auto": cpu_tuned on CPU, plain on GPU and TPU. The same parameters and the same maths.
+  implementation: Literal["auto", "plain", "cpu_tuned"] = "auto"
+  # Attention through jax.nn.dot_product_attention (cuDNN's fused kernel on GPU where it
+  # applies, XLA's own elsewhere) instead of two einsums. It has no attention dropout and
+  # returns no attention weights (for `--mode=attention`).
+  fused_attention: bool = False
   max_len: int = 256           # longest sequence the learned positions cover
 
   @property
@@ -312,3 +319,9 @@ def validate(cfg: ExperimentConfig) -> None:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")
   if m.d_model % 2:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")
+  if m.fused_attention and m.attention_dropout:
+    raise ConfigError("model.fused_attention: the fused kernel has no attention dropout; "
+                      f"set model.attention_dropout=0 (got {m.attention_dropout})")
+  if m.fused_attention and m.d_k != m.d_v:
+    raise ConfigError(f"model.fused_attention: the fused kernel needs d_k == d_v "
+                      f"(got {m.d_k} and {m.d_v})")

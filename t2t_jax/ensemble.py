@@ -1,11 +1,11 @@
-"""Training an ensemble: `ensemble.members` models at once, each on its own CPU cores.
+"""Training an ensemble: `ensemble.members` models at once, each on its own cores or GPUs.
 
 On a CPU the step of a small model scales almost linearly with cores (2 cores: 1.9-2.1x one
 core, multi30k_ende), so N models on 1/N of the cores each cost the same wall time as one
 model on all of them, and decoding with their mean probability is worth more than one model
 trained N times as long once a small model has converged. Each member is the ordinary training
-command in WORKDIR/member<i>/ (seed `train.seed + i`), run as a subprocess pinned to its share
-of the cores, so it resumes, checkpoints, averages and evaluates itself like any run; this
+command in WORKDIR/member<i>/ (seed `train.seed + i`), run as a subprocess on its share of
+the cores or GPUs (`backend.member_shares`), so it resumes, checkpoints, averages and evaluates itself like any run; this
 module starts them, relays their output, passes signals on, and decodes with all of them.
 """
 
@@ -20,23 +20,9 @@ import threading
 import time
 from typing import Sequence
 
+from t2t_jax import backend
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.errors import UserError
-
-
-def core_shares(cpus: Sequence[int], members: int) -> list[list[int]] | None:
-  """Disjoint, contiguous, near-equal shares of `cpus`, one per member; None when there are
-  fewer CPUs than members (then members share all of them)."""
-  cpus = sorted(cpus)
-  if len(cpus) < members:
-    return None
-  size, extra = divmod(len(cpus), members)
-  shares, start = [], 0
-  for i in range(members):
-    end = start + size + (1 if i < extra else 0)
-    shares.append(cpus[start:end])
-    start = end
-  return shares
 
 
 def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experiment: str,
@@ -51,18 +37,16 @@ def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experimen
   return cmd + ["--set", "ensemble.members=1", "--set", f"train.seed={cfg.train.seed + index}"]
 
 
-# Set by the ensemble command for each member: the CPUs it may use and the command's pid.
-CPUS_ENV, PARENT_ENV = "T2T_JAX_MEMBER_CPUS", "T2T_JAX_MEMBER_PARENT"
+# Set by the ensemble command for each member: the command's pid.
+PARENT_ENV = "T2T_JAX_MEMBER_PARENT"
 
 
 def setup_member() -> None:
-  """In a member, first thing: pin it to its cores, and watch the ensemble command: if it dies
-  (SIGKILL, a crash), the member gets one SIGTERM, as if passed on, so no orphan trains on:
-  it checkpoints and exits. (The kernel's parent-death signal can arrive once per thread of a
+  """In a member, first thing: keep to its share of the host (`backend.member_shares`), and
+  watch the ensemble command: if it dies (SIGKILL, a crash), the member gets one SIGTERM, as
+  if passed on, so no orphan trains on: it checkpoints and exits. (The kernel's parent-death signal can arrive once per thread of a
   dying parent, and a second signal stops a run at once, before its checkpoint.)"""
-  cpus = os.environ.get(CPUS_ENV)
-  if cpus and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
+  backend.pin_member()
   parent = os.environ.get(PARENT_ENV)
   if not parent:
     return
@@ -106,23 +90,20 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
   each checkpoint after its current step and exit, a second stops them at once, as for one run.
   """
   n = len(dirs)
-  shares = core_shares(os.sched_getaffinity(0), n) if hasattr(os, "sched_getaffinity") else None
+  shares = backend.member_shares(n)
   if shares is None:
-    print(f"warning: fewer CPU cores than the {n} members; they share all cores", flush=True)
+    print(f"warning: fewer cores or GPUs than the {n} members; they share them all", flush=True)
   procs, relays = [], []
   for i, member in enumerate(dirs):
     os.makedirs(member, exist_ok=True)
     cmd = member_command(cfg, member, i, experiment, dataset, sets)
-    where = f"cores {','.join(map(str, shares[i]))}" if shares else "all cores"
+    where, share_env = shares[i] if shares else ("shared devices", {})
     print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
           flush=True)
-    share = shares[i] if shares else None
     log_path = os.path.join(member, "train.log")
     with open(log_path, "a", encoding="utf-8") as log:
       offset = log.tell()
-      env = {**os.environ, PARENT_ENV: str(os.getpid())}
-      if share:
-        env[CPUS_ENV] = ",".join(map(str, share))
+      env = {**os.environ, PARENT_ENV: str(os.getpid()), **share_env}
       proc = subprocess.Popen(
           cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
           # Our own session: a Ctrl-C reaches the members once, through us, not twice.

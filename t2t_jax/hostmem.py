@@ -6,7 +6,8 @@ and ~20% of the CPU time in the kernel for `multi30k_ende` on a 2-core machine. 
 `glibc.malloc.hugetlb=1` tunable (glibc >= 2.35) backs those mappings with 2 MiB pages
 instead. That tunable is read only when a process starts, so entry points re-execute
 themselves once with it set (`reexec_with_huge_pages`). `T2T_JAX_HUGEPAGES=0` opts out.
-Accelerator memory is untouched: this only changes how the host's malloc gets its pages.
+Only on a CPU backend (`backend.cpu_host_tricks`): with a GPU or TPU the step's temporaries
+live on the device, and the host's malloc is not in the step's path.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import platform
 import sys
 from typing import Mapping
+
+from t2t_jax import backend
 
 TUNABLE = "glibc.malloc.hugetlb"
 OPT_OUT = "T2T_JAX_HUGEPAGES"
@@ -50,7 +53,7 @@ def _thp_available() -> bool:
 
 def huge_page_env(environ: Mapping[str, str]) -> dict[str, str] | None:
   """The environment to re-execute with, or None when there is nothing to change."""
-  if environ.get(OPT_OUT, "1") == "0":
+  if environ.get(OPT_OUT, "1") == "0" or not backend.cpu_host_tricks(environ):
     return None
   tunables = environ.get("GLIBC_TUNABLES", "")
   if TUNABLE + "=" in tunables:  # set already: by us (no loop) or by the user (theirs wins)

@@ -9,10 +9,11 @@ Faithful to the paper rather than to later practice:
   * dropout only on sub-layer outputs and embedding+position sums         (section 5.4);
     T2T's attention and ReLU dropout are options, off by default
 
-`model.dtype=bfloat16` feeds bf16 to every matmul and accumulates in float32
-(`preferred_element_type`); parameters, LayerNorm, softmax and the residual
-stream stay float32. On CPUs with AMX that is ~4x faster than float32 matmuls,
-while bf16-in/bf16-out dots would be slower (see REFERENCE.md).
+`model.dtype=bfloat16` is mixed precision: parameters, LayerNorm, the residual stream,
+softmax and the loss stay float32; matmul inputs are bf16. On GPU and TPU (the plain path)
+the activations inside each sub-layer are bf16 too, as Flax's `dtype` makes them. On CPU
+(`model.implementation`, decided in t2t_jax/backend.py) the dots return float32, which
+XLA:CPU runs faster (see REFERENCE.md).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax import backend
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import BOS_ID, PAD_ID
 
@@ -49,25 +51,27 @@ def _compute_dtype(cfg: ModelConfig):
   return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
 
 
-def make_dot_general(cfg: ModelConfig) -> Callable[..., Array]:
-  """A `dot_general` for nn.Dense: bf16 inputs with float32 accumulation, or plain f32."""
-  if cfg.dtype != "bfloat16":
-    return jax.lax.dot_general
+def _cpu_tuned(cfg: ModelConfig) -> bool:
+  return backend.model_path(cfg.implementation) == "cpu_tuned"
 
-  def bf16_dot_general(lhs, rhs, dimension_numbers, precision=None,
-                       preferred_element_type=None, **kwargs):
-    del preferred_element_type
-    return jax.lax.dot_general(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16),
-                               dimension_numbers, precision=precision,
-                               preferred_element_type=jnp.float32, **kwargs)
-  return bf16_dot_general
+
+def _bf16_dot_general_f32_out(lhs, rhs, dimension_numbers, precision=None,
+                              preferred_element_type=None, **kwargs):
+  """nn.Dense's dot on the cpu_tuned path: bf16 inputs, float32 accumulation and output."""
+  del preferred_element_type
+  return jax.lax.dot_general(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16),
+                             dimension_numbers, precision=precision,
+                             preferred_element_type=jnp.float32, **kwargs)
 
 
 def einsum(cfg: ModelConfig, spec: str, a: Array, b: Array) -> Array:
+  """An einsum in the compute dtype (bf16 output on the plain path, float32 on cpu_tuned)."""
   dt = _compute_dtype(cfg)
-  if dt == jnp.bfloat16 and jax.default_backend() == "cpu":
+  if not _cpu_tuned(cfg):
+    return jnp.einsum(spec, a.astype(dt), b.astype(dt))
+  if dt == jnp.bfloat16:
     return _bf16_einsum_f32_grad(spec, a, b)
-  return jnp.einsum(spec, a.astype(dt), b.astype(dt), preferred_element_type=jnp.float32)
+  return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -129,34 +133,38 @@ def dropout_keep_mask(key: Array, shape: tuple[int, ...], rate: float,
   return h >= jnp.uint32(min(int(round(rate * 2.0 ** 32)), 2 ** 32 - 1))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def tied_logits(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
   """y [b, l, d] @ embedding[v, d]^T -> float32 logits [b, l, v]: the pre-softmax
-  projection with the shared embedding matrix (section 3.4).
+  projection with the shared embedding matrix (section 3.4)."""
+  if _cpu_tuned(cfg):
+    return _tied_logits_cpu(y, embedding, cfg)
+  return einsum(cfg, "bld,vd->blv", y, embedding).astype(jnp.float32)
 
-  The gradient is written by hand only for its layout: autodiff asks XLA:CPU
-  for d(embedding) as dlogits^T @ y, which it computes by first copying the
-  [tokens, vocab] gradient into transposed order, and with the softmax backward
-  that made this layer ~40% of a training step at vocab 8k. (y^T @ dlogits)^T
-  is the same product with only the small [d, v] result transposed.
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _tied_logits_cpu(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
+  """`tied_logits` with its gradient written by hand, only for its layout: autodiff asks
+  XLA:CPU for d(embedding) as dlogits^T @ y, which it computes by first copying the
+  [tokens, vocab] gradient into transposed order, and with the softmax backward that made
+  this layer ~40% of a training step at vocab 8k. (y^T @ dlogits)^T is the same product
+  with only the small [d, v] result transposed.
   """
   return einsum(cfg, "bld,vd->blv", y, embedding)
 
 
 def _tied_logits_fwd(y, embedding, cfg):
-  return tied_logits(y, embedding, cfg), (y, embedding)
+  return _tied_logits_cpu(y, embedding, cfg), (y, embedding)
 
 
 def _tied_logits_bwd(cfg, residuals, g):
   y, embedding = residuals
-  if jax.default_backend() == "cpu":  # float32 gradient dots on CPU: see _bf16_einsum_f32_grad
-    cfg = dataclasses.replace(cfg, dtype="float32")
+  cfg = dataclasses.replace(cfg, dtype="float32")  # see _bf16_einsum_f32_grad
   dy = einsum(cfg, "blv,vd->bld", g, embedding)
   d_embedding = einsum(cfg, "bld,blv->dv", y, g).T
   return dy.astype(y.dtype), d_embedding.astype(embedding.dtype)
 
 
-tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
+_tied_logits_cpu.defvjp(_tied_logits_fwd, _tied_logits_bwd)
 
 
 class Dropout(nn.Module):
@@ -173,9 +181,15 @@ class Dropout(nn.Module):
 
 
 def _dense(cfg: ModelConfig, features: int, use_bias: bool, name: str | None = None) -> nn.Dense:
-  return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32,
-                  kernel_init=nn.initializers.xavier_uniform(),
-                  dot_general=make_dot_general(cfg))
+  """A float32 parameter matrix whose product runs in the compute dtype (`einsum`)."""
+  init = nn.initializers.xavier_uniform()
+  if not _cpu_tuned(cfg):
+    return nn.Dense(features, use_bias=use_bias, name=name, dtype=_compute_dtype(cfg),
+                    kernel_init=init)
+  if cfg.dtype == "bfloat16":
+    return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32,
+                    kernel_init=init, dot_general=_bf16_dot_general_f32_out)
+  return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32, kernel_init=init)
 
 
 class MultiHeadAttention(nn.Module):
@@ -209,7 +223,12 @@ class MultiHeadAttention(nn.Module):
     b, lq, _ = x_q.shape
     q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
     q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
-    logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k) + bias
+    if cfg.fused_attention:
+      dt = _compute_dtype(cfg)
+      out = jax.nn.dot_product_attention(q.astype(dt), k.astype(dt), v.astype(dt),
+                                         bias=bias.astype(dt), scale=1.0)
+      return self.out(out.reshape(b, lq, cfg.num_heads * cfg.d_v))
+    logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
     weights = jax.nn.softmax(logits, axis=-1)
     self.sow("intermediates", "attention_weights", weights)
     weights = self.weights_dropout(weights, deterministic=not train)

@@ -393,7 +393,7 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
 
 
 def test_core_shares_are_disjoint_and_cover_the_cores():
-  from t2t_jax.ensemble import core_shares
+  from t2t_jax.backend import core_shares
   assert core_shares([0, 1], 2) == [[0], [1]]
   assert core_shares([3, 1, 2, 0, 4], 2) == [[0, 1, 2], [3, 4]]
   assert core_shares(range(8), 3) == [[0, 1, 2], [3, 4, 5], [6, 7]]

@@ -1,0 +1,138 @@
+"""The backend seam: both model paths compute the paper's function, mixed precision keeps
+float32 where it matters, and host-side CPU tricks stay on CPU hosts."""
+
+import dataclasses
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import experiments
+from t2t_jax import backend, hostmem, model, train
+from t2t_jax.config import ModelConfig, override
+from t2t_jax.errors import UserError
+
+CFG = ModelConfig(vocab_size=300, num_layers=2, d_model=64, d_ff=128, num_heads=4, d_k=16,
+                  d_v=16, dropout=0.1)
+
+
+def _loss_logits_grads(cfg: ModelConfig, params):
+  rng = np.random.default_rng(0)
+  inputs = jnp.asarray(rng.integers(4, cfg.vocab_size, (4, 12)), jnp.int32)
+  targets = jnp.asarray(rng.integers(4, cfg.vocab_size, (4, 10)), jnp.int32)
+
+  def loss(p):
+    logits = model.Transformer(cfg).apply({"params": p}, inputs, targets, train=True,
+                                          rngs={"dropout": jax.random.PRNGKey(1)})
+    return jnp.mean(jax.nn.log_softmax(logits)[..., 5]), logits
+  (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  return value, logits, grads
+
+
+def _max_diff(a, b) -> float:
+  return max(float(jnp.max(jnp.abs(x - y))) for x, y in
+             zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def test_plain_and_cpu_tuned_paths_compute_the_same_function_and_gradient():
+  params = model.init_params(CFG, jax.random.PRNGKey(0))
+  plain = _loss_logits_grads(dataclasses.replace(CFG, implementation="plain"), params)
+  tuned = _loss_logits_grads(dataclasses.replace(CFG, implementation="cpu_tuned"), params)
+  fused = _loss_logits_grads(dataclasses.replace(CFG, implementation="plain",
+                                                 fused_attention=True), params)
+  for other in (tuned, fused):
+    assert _max_diff(plain[1], other[1]) < 1e-4
+    assert _max_diff(plain[2], other[2]) < 1e-5
+  assert backend.model_path("auto") == "cpu_tuned"  # these tests run on CPU
+
+
+@pytest.mark.parametrize("implementation", ["plain", "cpu_tuned"])
+def test_bf16_is_within_bf16_tolerance_of_float32(implementation):
+  params = model.init_params(CFG, jax.random.PRNGKey(0))
+  f32 = _loss_logits_grads(dataclasses.replace(CFG, implementation=implementation), params)
+  bf16 = _loss_logits_grads(dataclasses.replace(CFG, implementation=implementation,
+                                                dtype="bfloat16"), params)
+  assert bf16[1].dtype == jnp.float32  # logits, hence softmax and loss, in float32
+  assert all(g.dtype == jnp.float32 for g in jax.tree_util.tree_leaves(bf16[2]))
+  # bf16 has 8 bits of mantissa: relative error ~2^-8 per product, a few times that summed.
+  assert _max_diff(f32[1], bf16[1]) < 0.05 * float(jnp.max(jnp.abs(f32[1])))
+  assert abs(float(f32[0] - bf16[0])) < 0.01 * abs(float(f32[0]))
+
+
+def _dot_output_dtypes(cfg: ModelConfig) -> set[str]:
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+  tokens = jnp.ones((2, 6), jnp.int32)
+  jaxpr = jax.make_jaxpr(lambda p: model.Transformer(cfg).apply({"params": p}, tokens, tokens))(
+      params)
+  # Every dot of the forward pass, nested jaxprs included, as printed: "c:bf16[2,6,128] = dot_general[".
+  return set(re.findall(r":(\w+)\[[\d,]*\] = dot_general\[", str(jaxpr)))
+
+
+def test_plain_bf16_keeps_activations_in_bf16_and_cpu_tuned_returns_float32():
+  """On accelerators the matmul outputs (the activations between them) are bf16, halving their
+  memory traffic; XLA:CPU runs bf16 x bf16 -> float32 dots faster than bf16 -> bf16 ones."""
+  plain = _dot_output_dtypes(dataclasses.replace(CFG, implementation="plain", dtype="bfloat16"))
+  tuned = _dot_output_dtypes(dataclasses.replace(CFG, implementation="cpu_tuned",
+                                                 dtype="bfloat16"))
+  assert plain == {"bf16"}
+  assert tuned == {"f32"}
+
+
+def test_bf16_loss_curve_tracks_float32_on_the_demo(tmp_path):
+  sets = {"model.num_layers": 1, "model.d_model": 64, "model.d_ff": 128, "model.num_heads": 2,
+          "model.d_k": 32, "model.d_v": 32, "train.steps": 40, "train.warmup_steps": 20,
+          "train.learning_rate_scale": 3.0, "data.bucket_growth": 2.0,
+          "train.log_every_steps": 10, "train.checkpoint_every_steps": 1000,
+          "train.final_eval": False, "train.eval_every_steps": 1000,
+          "train.tokens_per_step": 1024, "train.max_tokens_per_batch": 1024}
+  curves = {}
+  for dtype in ("float32", "bfloat16"):
+    workdir = tmp_path / dtype
+    train.train_and_evaluate(override(experiments.get("demo"), {**sets, "model.dtype": dtype}),
+                             str(workdir))
+    rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+    curves[dtype] = [r["loss"] for r in rows if "loss" in r]
+  f32, bf16 = np.array(curves["float32"]), np.array(curves["bfloat16"])
+  assert len(f32) == len(bf16) == 4
+  assert f32[-1] < f32[0] - 0.2 < np.log(1000) - 2  # it learns: tracking is a real comparison
+  assert bf16[-1] < bf16[0] - 0.2
+  # Rounding sends the two runs down different paths: close, not equal (within 1% at step 10).
+  np.testing.assert_allclose(bf16, f32, rtol=0.05)
+
+
+def test_host_platform_is_decided_without_initialising_jax(tmp_path):
+  dev = tmp_path / "dev"
+  dev.mkdir()
+  assert backend.host_platform({"JAX_PLATFORMS": "cuda,cpu"}, str(dev), set()) == "gpu"
+  assert backend.host_platform({"JAX_PLATFORMS": "cpu"}, str(dev), {"cuda"}) == "cpu"
+  assert backend.host_platform({}, str(dev), {"cuda"}) == "cpu"  # a plugin but no GPU
+  (dev / "nvidia0").touch()
+  (dev / "nvidia1").touch()
+  assert backend.host_platform({}, str(dev), {"cuda"}) == "gpu"
+  assert backend.host_platform({}, str(dev), set()) == "cpu"  # a GPU but no plugin
+  (dev / "accel0").touch()
+  assert backend.host_platform({}, str(dev), {"tpu"}) == "tpu"
+
+
+def test_member_shares_split_the_gpus_and_refuse_a_tpu_host(tmp_path):
+  dev = tmp_path / "dev"
+  dev.mkdir()
+  for i in range(8):
+    (dev / f"nvidia{i}").touch()
+  shares = backend.member_shares(3, {}, str(dev), {"cuda"})
+  assert [env["CUDA_VISIBLE_DEVICES"] for _, env in shares] == ["0,1,2", "3,4,5", "6,7"]
+  visible = backend.member_shares(2, {"CUDA_VISIBLE_DEVICES": "4,6"}, str(dev), {"cuda"})
+  assert [env["CUDA_VISIBLE_DEVICES"] for _, env in visible] == ["4", "6"]
+  assert backend.member_shares(9, {}, str(dev), {"cuda"}) is None
+  with pytest.raises(UserError, match="TPU"):
+    backend.member_shares(2, {"JAX_PLATFORMS": "tpu"}, str(dev), set())
+  cpu = backend.member_shares(1, {"JAX_PLATFORMS": "cpu"}, str(dev), set())
+  assert backend.MEMBER_CPUS_ENV in cpu[0][1]
+
+
+def test_huge_pages_are_only_for_a_cpu_backend():
+  assert hostmem.huge_page_env({"JAX_PLATFORMS": "cuda"}) is None
+  assert hostmem.huge_page_env({"JAX_PLATFORMS": "tpu"}) is None
