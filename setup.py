@@ -25,5 +25,12 @@ setup(
         "tqdm>=4.66",
         "numpy>=1.26",
     ],
-    extras_require={"test": ["pytest>=8"]},
+    extras_require={
+        "test": ["pytest>=8"],
+        # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),
+        # or libtpu on a Cloud TPU VM.
+        "cuda12": ["jax[cuda12]>=0.4.30"],
+        "cuda13": ["jax[cuda13]>=0.7"],
+        "tpu": ["jax[tpu]>=0.4.30"],
+    },
 )

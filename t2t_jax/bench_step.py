@@ -54,7 +54,8 @@ def workload_config(sets: dict[str, Any], dtype: str):
 
 
 def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
-                repeats: int, min_steps: int = 1, peak_n: int = 2048) -> dict[str, Any]:
+                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1
+                ) -> dict[str, Any]:
   """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
   import jax
   import numpy as np
@@ -62,14 +63,15 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   from t2t_jax.config import override
   if batch % num_devices:
     raise UserError(f"batch {batch} is not divisible by {num_devices} devices")
-  tokens = batch * length
-  cfg = override(cfg, {"train.tokens_per_step": tokens, "train.max_tokens_per_batch": tokens})
+  tokens = batch * length * accum
+  cfg = override(cfg, {"train.tokens_per_step": tokens,
+                       "train.max_tokens_per_batch": batch * length // num_devices})
   optimizer = optim.make_optimizer(cfg)
   devices = jax.local_devices()[:num_devices]
   p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
   state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
   rng = np.random.default_rng(0)
-  shape = (num_devices, 1, batch // num_devices, length)
+  shape = (num_devices, accum, batch // num_devices, length)
   batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
                   for k in ("inputs", "targets")}
   batch_arrays = parallel.shard(batch_arrays, num_devices)
@@ -97,9 +99,9 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   t = statistics.median(times)
   peak = statistics.median(peaks)
   m = cfg.model
-  flops = train_flops(m, batch, length, length)
+  flops = train_flops(m, batch * accum, length, length)
   return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
-          "batch": batch, "length": length,
+          "batch": batch, "accum": accum, "length": length,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
           "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
           "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),

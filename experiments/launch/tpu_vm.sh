@@ -27,7 +27,7 @@ case "${1:-train}" in
   setup)
     : "${REPO_URL:?set REPO_URL to clone t2t_jax on the hosts}"
     on_all_hosts "git clone $REPO_URL t2t_jax 2>/dev/null || git -C t2t_jax pull; \
-      cd t2t_jax && pip install -e . && pip install -U 'jax[tpu]'"
+      cd t2t_jax && pip install -e '.[tpu]'"
     ;;
   train)
     # Preemption (spot/preemptible TPUs) sends SIGTERM: every host checkpoints after the
