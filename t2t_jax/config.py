@@ -155,6 +155,17 @@ class ExperimentConfig:
   ensemble: EnsembleConfig = EnsembleConfig()
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepRow:
+  """One row of a sweep (Table 3): what it changes from the sweep's base, and the paper's
+  dev figures for it (newstest2013; PPL per wordpiece, tokenized BLEU, params in millions)."""
+  change: str                  # the row as the paper's table names it
+  sets: Mapping[str, Any]      # the changed config fields, by dotted name
+  paper_dev_ppl: float
+  paper_dev_bleu: float
+  paper_params_m: float | None = None
+
+
 def evaluation_splits(cfg: ExperimentConfig) -> list[str]:
   """The splits `--mode=eval` decodes by default and the only ones `--splits` accepts."""
   return [cfg.data.dev_split, cfg.data.test_split]

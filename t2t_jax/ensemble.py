@@ -82,6 +82,23 @@ def _relay(proc: subprocess.Popen, log_path: str, offset: int, prefix: str) -> N
       time.sleep(0.2)
 
 
+def start_logged_run(cmd: Sequence[str], log_path: str, prefix: str,
+                     share_env: dict[str, str]) -> tuple[subprocess.Popen, threading.Thread]:
+  """Starts one of several runs side by side (ensemble members, sweep rows): on its share of
+  the host, appending to its own log, whose lines are relayed to our stdout with `prefix`.
+  It watches us (PARENT_ENV): if we die, it checkpoints and exits."""
+  with open(log_path, "a", encoding="utf-8") as log:
+    offset = log.tell()
+    env = {**os.environ, PARENT_ENV: str(os.getpid()), **share_env}
+    proc = subprocess.Popen(
+        list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+        # Our own session: a Ctrl-C reaches the runs once, through us, not twice.
+        start_new_session=True)
+  relay = threading.Thread(target=_relay, args=(proc, log_path, offset, prefix), daemon=True)
+  relay.start()
+  return proc, relay
+
+
 def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
                   dataset: str | None, sets: Sequence[str]) -> bool:
   """Trains every member at once (each resumes if it can); True when all of them finished.
@@ -100,18 +117,9 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
     where, share_env = shares[i] if shares else ("shared devices", {})
     print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
           flush=True)
-    log_path = os.path.join(member, "train.log")
-    with open(log_path, "a", encoding="utf-8") as log:
-      offset = log.tell()
-      env = {**os.environ, PARENT_ENV: str(os.getpid()), **share_env}
-      proc = subprocess.Popen(
-          cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-          # Our own session: a Ctrl-C reaches the members once, through us, not twice.
-          start_new_session=True)
+    proc, relay = start_logged_run(cmd, os.path.join(member, "train.log"), f"[member {i}] ",
+                                   share_env)
     procs.append(proc)
-    relay = threading.Thread(target=_relay, args=(proc, log_path, offset, f"[member {i}] "),
-                             daemon=True)
-    relay.start()
     relays.append(relay)
 
   signalled = []

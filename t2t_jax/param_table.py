@@ -14,10 +14,10 @@ from t2t_jax import model
 
 def rows() -> list[dict]:
   out = []
-  for name, (desc, _, ppl, bleu, paper_m) in table3.ROWS.items():
+  for name, row in table3.ROWS.items():
     ours = model.count_params(model.abstract_params(experiments.get(name).model))
-    out.append({"experiment": name, "change": desc, "ours": ours, "ours_m": ours / 1e6,
-                "paper_m": paper_m})
+    out.append({"experiment": name, "change": row.change, "ours": ours, "ours_m": ours / 1e6,
+                "paper_m": row.paper_params_m})
   return out
 
 

@@ -1,10 +1,12 @@
 r"""Sweeps: `python -m t2t_jax.sweep --sweep=table3 --workdir=DIR [--set KEY=VALUE ...]`.
 
-Runs every row of a sweep one after another, each as the ordinary training
-command in DIR/<experiment>/ (so each row resumes and finishes like any run),
-then writes DIR/<sweep>.md, .csv and .png next to the paper's figures.
-`--print_commands` prints one launch command per row instead (one cluster job
-per row). `--set` applies to every row first; a row's own model change wins over
+Runs every row of a sweep, each as the ordinary training command in DIR/<experiment>/ (so
+each row resumes and finishes like any run), `--parallel=K` of them at once on their shares
+of the host (one per GPU, or per share of the CPU cores), and `--seeds=S` seeds of each (or
+of the rows in `--seeds_for`) in DIR/<experiment>_seed<i>/. Then it writes DIR/<sweep>.md,
+.csv and .png next to the paper's figures: each row's mean over its seeds and their spread,
+and whether its difference from base stands above the seed band.
+`--print_commands` prints one launch command per run instead (one cluster job per run). `--set` applies to every row first; a row's own model change wins over
 it, so a miniature keeps the ablation it names, while `--set train.*` reaches
 every row (a miniature trains all rows, big included, on one schedule).
 """
@@ -12,10 +14,12 @@ every row (a miniature trains all rows, big included, on one schedule).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -23,7 +27,9 @@ from typing import Any
 
 from absl import app, flags
 
-from t2t_jax.config import ConfigError, parse_set_flags
+from t2t_jax import backend, ensemble
+from t2t_jax.config import SweepRow, parse_set_flags
+from t2t_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("sweep", "table3", "Which sweep (table3).")
@@ -31,7 +37,13 @@ flags.DEFINE_string("workdir", None, "Directory holding one workdir per row.")
 flags.DEFINE_multi_string("set", [], "Override for every row: --set train.steps=1000.")
 flags.DEFINE_string("dataset", None, "Data source spec for every row.")
 flags.DEFINE_string("rows", None, "Comma-separated subset of the sweep's rows.")
-flags.DEFINE_bool("print_commands", False, "Print one launch command per row and exit.")
+flags.DEFINE_bool("print_commands", False, "Print one launch command per run and exit.")
+flags.DEFINE_integer("parallel", 1, "Runs at once, each on its share of the host's GPUs or "
+                     "CPU cores (as ensemble members are).")
+flags.DEFINE_integer("seeds", 1, "Seeds per row (train.seed, +1, ...): the report gives each "
+                     "row's mean and spread, and the seed band of base.")
+flags.DEFINE_string("seeds_for", None, "Comma-separated rows that get --seeds seeds (default: "
+                    "every row); the others train once.")
 flags.DEFINE_bool("report_only", False, "Only write the table from finished rows.")
 flags.DEFINE_float("width_scale", None, "Miniature: multiply every row's own widths (d_model, "
                    "d_ff, d_k, d_v) by this factor, so rows keep their ratios to base.")
@@ -43,24 +55,43 @@ SCALED_FIELDS = {"width_scale": ("d_model", "d_ff", "d_k", "d_v"),
                  "depth_scale": ("num_layers",)}
 
 
-def sweep_rows(name: str) -> dict[str, tuple]:
-  """Row name -> (description, changes, paper dev PPL, paper dev BLEU, paper params M)."""
+def sweep_rows(name: str) -> dict[str, SweepRow]:
+  """Row name -> its change and the paper's figures."""
   if name != "table3":
     raise ValueError(f"unknown sweep {name!r}; valid: table3")
   from experiments import table3
   return table3.ROWS
 
 
-def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | None,
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run of a sweep: a row with one of its seeds (0: the row's own seed)."""
+  row: str
+  seed: int = 0
+
+  @property
+  def name(self) -> str:
+    return self.row if self.seed == 0 else f"{self.row}_seed{self.seed}"
+
+
+def sweep_runs(rows: list[str], seeds: int, seeds_for: list[str] | None) -> list[Run]:
+  """Every row's runs, a row's seeds one after another, in the sweep's row order."""
+  return [Run(row, seed) for row in rows
+          for seed in range(seeds if seeds_for is None or row in seeds_for else 1)]
+
+
+def row_command(run: Run, workdir: str, sets: dict[str, str], dataset: str | None,
                 changes: dict, scales: dict[str, float] | None = None) -> list[str]:
-  """The training command of one row: the sweep's overrides, then the row's own.
+  """The training command of one run of a row: the sweep's overrides, then the row's own;
+  a seed > 0 adds it to the seed the run would otherwise have.
 
   `scales` (model field -> factor) scales the row's own values, so a miniature keeps each
   row's ratio to base: Table 3's d_model 256 / 512 / 1024 at 0.25 become 64 / 128 / 256,
   its N=2/4/6/8 at 0.5 become 1/2/3/4.
   """
+  row = run.row
   cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
-         f"--workdir={os.path.join(workdir, row)}"]
+         f"--workdir={os.path.join(workdir, run.name)}"]
   if dataset:
     cmd.append(f"--dataset={dataset}")
   # A row's model and regularisation changes are its ablation and win over --set; its
@@ -75,6 +106,10 @@ def row_command(row: str, workdir: str, sets: dict[str, str], dataset: str | Non
     for key, scale in scales.items():
       # round-half-up: N=2/4/6/8 at 0.5 must stay four distinct depths 1/2/3/4
       cmd += ["--set", f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}"]
+  if run.seed:
+    from experiments import get
+    seed = int(sets.get("train.seed", get(row).train.seed)) + run.seed
+    cmd += ["--set", f"train.seed={seed}"]
   return cmd
 
 
@@ -106,48 +141,124 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
           "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
 
 
-def write_report(workdir: str, sweep: str, rows: dict[str, tuple]) -> list[str]:
-  """DIR/<sweep>.md, .csv and .png: ours next to the paper's; unfinished rows pending."""
+def _mean_and_spread(values: list[float]) -> tuple[float | None, float | None]:
+  """Mean, and max - min (None with fewer than two values)."""
+  if not values:
+    return None, None
+  return statistics.mean(values), (max(values) - min(values) if len(values) > 1 else None)
+
+
+def aggregate(workdir: str, rows: dict[str, SweepRow], runs: list[Run]) -> list[dict[str, Any]]:
+  """One entry per row: its finished seeds' mean and spread, the paper's figures, and whether
+  its difference from base stands above base's seed band (max - min over base's seeds)."""
   table = []
-  for row, (desc, _, p_ppl, p_bleu, p_params) in rows.items():
-    r = row_result(os.path.join(workdir, row))
-    table.append({"experiment": row, "change": desc,
-                  "params": r["params"] if r else None,
-                  "params_m": round(r["params"] / 1e6, 1) if r else None,
-                  "dev_ppl": round(r["dev_ppl"], 2) if r and r["dev_ppl"] else None,
-                  "dev_bleu": r["dev_bleu"] if r else None,
-                  "dev_tokenized_bleu": r["dev_tokenized_bleu"] if r else None,
-                  "paper_params_m": p_params, "paper_dev_ppl": p_ppl, "paper_dev_bleu": p_bleu,
-                  "steps": r["steps"] if r else None,
-                  "train_minutes": r["train_minutes"] if r else None,
-                  "status": "done" if r else "pending"})
+  for row, spec in rows.items():
+    results = [r for r in (row_result(os.path.join(workdir, run.name))
+                           for run in runs if run.row == row) if r]
+    entry: dict[str, Any] = {"experiment": row, "change": spec.change,
+                             "seeds": len(results),
+                             "seeds_planned": sum(run.row == row for run in runs)}
+    for key in ("dev_ppl", "dev_tokenized_bleu", "dev_bleu"):
+      mean, spread = _mean_and_spread([r[key] for r in results if r[key] is not None])
+      entry[key] = round(mean, 2) if mean is not None else None
+      entry[key + "_spread"] = round(spread, 2) if spread is not None else None
+    entry.update(params=results[0]["params"] if results else None,
+                 params_m=round(results[0]["params"] / 1e6, 1) if results else None,
+                 paper_params_m=spec.paper_params_m, paper_dev_ppl=spec.paper_dev_ppl,
+                 paper_dev_bleu=spec.paper_dev_bleu,
+                 steps=results[0]["steps"] if results else None,
+                 train_minutes=round(statistics.mean(r["train_minutes"] for r in results), 1)
+                 if results and all(r["train_minutes"] is not None for r in results) else None,
+                 status="done" if len(results) == entry["seeds_planned"] else
+                 ("pending" if not results else "partial"))
+    table.append(entry)
+  base = next((t for t in table if t["experiment"].endswith("_base")), None)
+  for t in table:
+    for key, paper_key in (("dev_ppl", "paper_dev_ppl"), ("dev_tokenized_bleu", "paper_dev_bleu")):
+      t[key + "_vs_base"] = _direction(t, base, key, paper_key)
+  return table
+
+
+def _direction(t: dict, base: dict | None, key: str, paper_key: str) -> str:
+  """How a row's difference from base compares with the paper's: "agrees" or "opposes" (both
+  outside base's seed band), "within noise", "paper: no change", or "" (base, or no figure)."""
+  if base is None or t is base or t[key] is None or base[key] is None:
+    return ""
+  paper_diff = t[paper_key] - base[paper_key]
+  if abs(paper_diff) < 1e-9:
+    return "paper: no change"
+  ours = t[key] - base[key]
+  band = base[key + "_spread"]
+  if band is not None and abs(ours) <= band:
+    return "within noise"
+  return "agrees" if (ours > 0) == (paper_diff > 0) else "opposes"
+
+
+def direction_counts(table: list[dict]) -> dict[str, dict[str, int]]:
+  """Per measure: how many rows agree with / oppose the paper's direction, or are in the noise."""
+  out = {}
+  for key in ("dev_ppl", "dev_tokenized_bleu"):
+    counts: dict[str, int] = {}
+    for t in table:
+      if t[key + "_vs_base"]:
+        counts[t[key + "_vs_base"]] = counts.get(t[key + "_vs_base"], 0) + 1
+    out[key] = counts
+  return out
+
+
+def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list[Run]
+                 ) -> list[str]:
+  """DIR/<sweep>.md, .csv, .png and _dev_curves.png: ours next to the paper's, the seed band,
+  the direction count; unfinished rows marked pending."""
+  table = aggregate(workdir, rows, runs)
   csv_path = os.path.join(workdir, f"{sweep}.csv")
   with open(csv_path, "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(table[0]))
     w.writeheader()
     w.writerows(table)
-  fmt = lambda x: "pending" if x is None else str(x)
+
+  def fmt(t: dict, key: str) -> str:
+    if t[key] is None:
+      return "pending"
+    spread = t.get(key + "_spread")
+    return f"{t[key]} ({spread:g})" if spread is not None else str(t[key])
   # The paper's BLEU is tokenized (section 6.1 / T2T's script): it is compared with our
   # tokenized BLEU; sacreBLEU (detokenized) is given beside it for comparison with peers.
-  lines = ["| experiment | change | params (M) | paper | dev PPL | paper "
-           "| dev BLEU, tokenized | paper (tokenized) | dev sacreBLEU | steps | train min |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  lines = ["| experiment | change | params (M) | paper | seeds | dev PPL | paper | vs base "
+           "| dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU | steps "
+           "| train min |",
+           "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|"]
   for t in table:
-    lines.append(f"| {t['experiment']} | {t['change']} | {fmt(t['params_m'])} | "
-                 f"{t['paper_params_m'] or ''} | {fmt(t['dev_ppl'])} | {t['paper_dev_ppl']} | "
-                 f"{fmt(t['dev_tokenized_bleu'])} | {t['paper_dev_bleu']} | "
-                 f"{fmt(t['dev_bleu'])} | {fmt(t['steps'])} | {fmt(t['train_minutes'])} |")
+    lines.append(f"| {t['experiment']} | {t['change']} | {t['params_m'] or 'pending'} | "
+                 f"{t['paper_params_m'] or ''} | {t['seeds']} | {fmt(t, 'dev_ppl')} | "
+                 f"{t['paper_dev_ppl']} | {t['dev_ppl_vs_base']} | "
+                 f"{fmt(t, 'dev_tokenized_bleu')} | {t['paper_dev_bleu']} | "
+                 f"{t['dev_tokenized_bleu_vs_base']} | {fmt(t, 'dev_bleu')} | "
+                 f"{t['steps'] or 'pending'} | {t['train_minutes'] or 'pending'} |")
+  counts = direction_counts(table)
+  lines += ["", "Figures are means over a row's seeds, with max - min in parentheses. A row "
+            "is within noise when its difference from base is no larger than base's seed "
+            "spread."]
+  for key, label in (("dev_ppl", "dev PPL"), ("dev_tokenized_bleu", "dev BLEU (tokenized)")):
+    c = counts[key]
+    outside = c.get("agrees", 0) + c.get("opposes", 0)
+    lines.append(f"- {label}: {c.get('agrees', 0)} of {outside} rows outside the noise move "
+                 f"in the paper's direction; {c.get('within noise', 0)} within noise, "
+                 f"{c.get('paper: no change', 0)} where the paper's figure does not change.")
   md_path = os.path.join(workdir, f"{sweep}.md")
   with open(md_path, "w") as f:
     f.write("\n".join(lines) + "\n")
   png_path = os.path.join(workdir, f"{sweep}.png")
   _chart(table, png_path)
-  return [md_path, csv_path, png_path]
+  curves_path = os.path.join(workdir, f"{sweep}_dev_curves.png")
+  _dev_curves(workdir, table, curves_path)
+  return [md_path, csv_path, png_path, curves_path]
 
 
 def _chart(table: list[dict], path: str) -> None:
-  """Each row against base, ours next to the paper's: a miniature's absolute numbers are on
-  another scale from the paper's, but the direction and size of each change compare."""
+  """Each row against base, ours next to the paper's, with base's seed band shaded: a
+  miniature's absolute numbers are on another scale from the paper's, but the direction and
+  size of each change compare."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -165,12 +276,44 @@ def _chart(table: list[dict], path: str) -> None:
       ax.bar([i + offset for i in x],
              [rel(t[column], b) if t[column] is not None and b else nan
               for t in table], width=0.4, label=name)
+    band = base.get(key + "_spread")
+    if band and base[key]:
+      half = band if key == "dev_tokenized_bleu" else band / base[key]
+      ax.axhspan(level - half, level + half, color="gray", alpha=0.25,
+                 label=f"base's seed spread ({base['seeds']} seeds)")
     ax.axhline(level, color="gray", linewidth=0.8)
     ax.set_ylabel(label)
     ax.legend()
   bottom.set_ylim(bottom=0)
   bottom.set_xticks(list(x))
   bottom.set_xticklabels(names, rotation=60, ha="right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def _dev_curves(workdir: str, table: list[dict], path: str) -> None:
+  """Dev perplexity against step of every row's first seed, base in black: where a row
+  differs from the paper, its curve against base's shows whether it is still moving."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(9, 6))
+  for t in table:
+    metrics = os.path.join(workdir, t["experiment"], "metrics.jsonl")
+    if not os.path.exists(metrics):
+      continue
+    with open(metrics) as f:
+      rows = [r for r in map(json.loads, f) if "dev_ppl" in r]
+    if rows:
+      is_base = t["experiment"].endswith("_base")
+      ax.plot([r["step"] for r in rows], [r["dev_ppl"] for r in rows],
+              color="black" if is_base else None, linewidth=2.5 if is_base else 1.0,
+              label=t["experiment"].replace("table3_", ""))
+  ax.set_xlabel("step")
+  ax.set_ylabel("dev perplexity")
+  ax.set_yscale("log")
+  ax.legend(fontsize=7, ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -189,29 +332,117 @@ def _run_forwarding_sigterm(cmd: list[str]) -> int:
     signal.signal(signal.SIGINT, old_int)
 
 
+def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> bool:
+  """Runs the unfinished runs, `k` at once, each on its share of the host; True when all
+  finished. A SIGTERM or Ctrl-C is passed on to the running ones (each checkpoints and exits)
+  and starts no more; the same command resumes them."""
+  shares = backend.member_shares(k)
+  if shares is None:
+    print(f"warning: fewer cores or GPUs than --parallel={k}; the runs share them all",
+          flush=True)
+  queue = [run for run in commands if row_result(os.path.join(workdir, run.name)) is None]
+  for run in commands:
+    if run not in queue:
+      print(f"{run.name}: finished, skipped", flush=True)
+  free, running, failed, signalled = list(range(k)), {}, [], []
+
+  def forward(signum, frame):
+    signalled.append(signal.Signals(signum).name)
+    for proc, _, _ in running.values():
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+
+  old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    while running or (queue and not signalled):
+      while queue and free and not signalled:
+        run, slot = queue.pop(0), free.pop(0)
+        where, share_env = shares[slot] if shares else ("shared devices", {})
+        run_dir = os.path.join(workdir, run.name)
+        os.makedirs(run_dir, exist_ok=True)
+        cmd = commands[run]
+        print(f"[{run.name}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
+              flush=True)
+        proc, relay = ensemble.start_logged_run(cmd, os.path.join(run_dir, "train.log"),
+                                                f"[{run.name}] ", share_env)
+        running[slot] = (proc, relay, (run, time.time()))
+      if not queue or signalled or not free:
+        time.sleep(0.5)
+      for slot, (proc, relay, (run, start)) in list(running.items()):
+        if proc.poll() is None:
+          continue
+        relay.join(timeout=10)
+        del running[slot]
+        free.append(slot)
+        if proc.returncode != 0:
+          failed.append(run.name)
+          print(f"[{run.name}] failed with exit code {proc.returncode} (its log: "
+                f"{os.path.join(workdir, run.name, 'train.log')})", flush=True)
+        elif row_result(os.path.join(workdir, run.name)) is not None:
+          print(f"[{run.name}] done in {time.time() - start:.0f}s", flush=True)
+  finally:
+    for sig, handler in old.items():
+      signal.signal(sig, handler)
+  if signalled:
+    print(f"sweep stopped on {signalled[0]}; run the same command to resume", flush=True)
+  if failed:
+    raise UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}")
+  return not signalled
+
+
+def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> bool:
+  """Runs the unfinished runs one after another in this terminal; True when all finished."""
+  for i, (run, cmd) in enumerate(commands.items(), 1):
+    if row_result(os.path.join(workdir, run.name)) is not None:
+      print(f"[{i}/{len(commands)}] {run.name}: finished, skipped", flush=True)
+      continue
+    print(f"[{i}/{len(commands)}] {run.name}: {' '.join(shlex.quote(c) for c in cmd[1:])}",
+          flush=True)
+    start = time.time()
+    rc = _run_forwarding_sigterm(cmd)
+    if rc != 0:
+      print(f"[{i}/{len(commands)}] {run.name}: failed with exit code {rc}", flush=True)
+      if rc == 130 or rc < 0:
+        sys.exit(rc if rc > 0 else 1)
+      continue
+    if row_result(os.path.join(workdir, run.name)) is None:  # stopped by a signal
+      print(f"sweep stopped during {run.name}; run the same command to resume", flush=True)
+      return False
+    print(f"[{i}/{len(commands)}] {run.name}: done in {time.time() - start:.0f}s", flush=True)
+  return True
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  if not FLAGS.workdir:
-    print("error: --workdir is required", file=sys.stderr)
+  try:
+    _main()
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+def _main() -> None:
+  if not FLAGS.workdir:
+    raise UserError("--workdir is required")
+  if FLAGS.parallel < 1 or FLAGS.seeds < 1:
+    raise UserError(f"--parallel and --seeds must be at least 1 (got {FLAGS.parallel}, "
+                    f"{FLAGS.seeds})")
   try:
     rows = sweep_rows(FLAGS.sweep)
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    raise UserError(str(e)) from None
   if FLAGS.rows:
     wanted = [r.strip() for r in FLAGS.rows.split(",")]
     unknown = [r for r in wanted if r not in rows]
     if unknown:
-      print(f"error: unknown rows {unknown}; valid: {', '.join(rows)}", file=sys.stderr)
-      sys.exit(2)
+      raise UserError(f"unknown rows {unknown}; valid: {', '.join(rows)}")
     rows = {r: rows[r] for r in wanted}
-  try:
-    sets = parse_set_flags(FLAGS.set)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  seeds_for = [r.strip() for r in FLAGS.seeds_for.split(",")] if FLAGS.seeds_for else None
+  if seeds_for and [r for r in seeds_for if r not in rows]:
+    raise UserError(f"--seeds_for: {[r for r in seeds_for if r not in rows]} are not rows of "
+                    f"this sweep; valid: {', '.join(rows)}")
+  sets = parse_set_flags(FLAGS.set)
   scales: dict[str, float] = {}
   for flag, fields in SCALED_FIELDS.items():
     factor = FLAGS[flag].value
@@ -219,40 +450,24 @@ def main(argv: list[str]) -> None:
       continue
     clash = [f"model.{f}" for f in fields if f"model.{f}" in sets]
     if factor <= 0 or clash:
-      print(f"error: --{flag} must be > 0 and excludes --set of {', '.join(fields)}"
-            f"{' (got ' + ', '.join(clash) + ')' if clash else ''}", file=sys.stderr)
-      sys.exit(2)
+      raise UserError(f"--{flag} must be > 0 and excludes --set of {', '.join(fields)}"
+                      f"{' (got ' + ', '.join(clash) + ')' if clash else ''}")
     scales.update(dict.fromkeys(fields, factor))
   workdir = os.path.abspath(FLAGS.workdir)
-  commands = {row: row_command(row, workdir, sets, FLAGS.dataset, spec[1], scales)
-              for row, spec in rows.items()}
+  runs = sweep_runs(list(rows), FLAGS.seeds, seeds_for)
+  commands = {run: row_command(run, workdir, sets, FLAGS.dataset, dict(rows[run.row].sets),
+                               scales) for run in runs}
   if FLAGS.print_commands:
     for cmd in commands.values():
       print(" ".join(shlex.quote(c) for c in ["python"] + cmd[1:]))
     return
   os.makedirs(workdir, exist_ok=True)
-  paths = None  # the report as last written, if nothing changed since
   if not FLAGS.report_only:
-    for i, (row, cmd) in enumerate(commands.items(), 1):
-      if row_result(os.path.join(workdir, row)) is not None:
-        print(f"[{i}/{len(commands)}] {row}: finished, skipped", flush=True)
-        continue
-      paths = None
-      print(f"[{i}/{len(commands)}] {row}: {' '.join(shlex.quote(c) for c in cmd[1:])}",
-            flush=True)
-      start = time.time()
-      rc = _run_forwarding_sigterm(cmd)
-      if rc != 0:
-        print(f"[{i}/{len(commands)}] {row}: failed with exit code {rc}", flush=True)
-        if rc == 130 or rc < 0:
-          sys.exit(rc if rc > 0 else 1)
-        continue
-      if row_result(os.path.join(workdir, row)) is None:  # stopped by a signal: resume later
-        print(f"sweep stopped during {row}; run the same command to resume", flush=True)
-        break
-      print(f"[{i}/{len(commands)}] {row}: done in {time.time() - start:.0f}s", flush=True)
-      paths = write_report(workdir, FLAGS.sweep, rows)  # the table so far, should it stop
-  for path in paths or write_report(workdir, FLAGS.sweep, rows):
+    if FLAGS.parallel > 1:
+      _run_side_by_side(commands, workdir, FLAGS.parallel)
+    else:
+      _run_one_by_one(commands, workdir)
+  for path in write_report(workdir, FLAGS.sweep, rows, runs):
     print(f"wrote {path}")
 
 

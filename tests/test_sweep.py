@@ -1,8 +1,12 @@
 """The Table 3 sweep on a two-row miniature: commands, resumability and the report."""
 
 import csv
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,3 +84,45 @@ def test_report_marks_rows_not_yet_run_as_pending(tmp_path):
   r = _sweep(tmp_path, "--report_only")
   assert r.returncode == 0, r.stderr[-2000:]
   assert (tmp_path / "table3.md").read_text().count("pending") >= 6
+
+
+def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_path):
+  """--parallel=2: two runs side by side, each on its own core; a SIGTERM stops both with a
+  checkpoint, the same command finishes them, and base's two seeds make one row with a spread."""
+  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
+          "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", "--seeds=2",
+          "--seeds_for=table3_base"]
+  for s in MINI + ["train.steps=40", "train.log_every_steps=2", "train.checkpoint_every_steps=40",
+                   "train.eval_every_steps=40"]:
+    args += ["--set", s]
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+  proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  first = [tmp_path / "table3_base", tmp_path / "table3_base_seed1"]
+  deadline = time.time() + 300
+  while time.time() < deadline and not all((d / "metrics.jsonl").exists() for d in first):
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=300)
+  assert "sweep stopped on SIGTERM" in out, out[-3000:]
+  assert "[table3_base] cores" in out and "[table3_base_seed1] cores" in out
+  for d in first:  # both were running, both stopped early with a checkpoint
+    steps = [int(p.name) for p in (d / "checkpoints").iterdir() if p.name.isdigit()]
+    assert steps and max(steps) < 40, d
+  assert not (tmp_path / "table3_c_n2").exists()  # nothing new starts after the signal
+
+  r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert r.stdout.count("resuming from checkpoint") == 2
+  with open(tmp_path / "table3.csv") as f:
+    rows = {row["experiment"]: row for row in csv.DictReader(f)}
+  base, n2 = rows["table3_base"], rows["table3_c_n2"]
+  assert base["seeds"] == "2" and n2["seeds"] == "1" and base["status"] == "done"
+  ppls = [[json.loads(l)["dev_ppl"] for l in (d / "metrics.jsonl").read_text().splitlines()
+           if "dev_ppl" in l][-1] for d in first]
+  assert float(base["dev_ppl"]) == round(sum(ppls) / 2, 2)
+  assert float(base["dev_ppl_spread"]) == round(max(ppls) - min(ppls), 2) > 0
+  assert n2["dev_ppl_vs_base"] in ("agrees", "opposes", "within noise")
+  md = (tmp_path / "table3.md").read_text()
+  assert "rows outside the noise move in the paper's direction" in md
+  assert (tmp_path / "table3_dev_curves.png").stat().st_size > 0
