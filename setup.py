@@ -25,6 +25,8 @@ setup(
         "tqdm>=4.66",
         "numpy>=1.26",
     ],
+    # t2t_jax finds named experiments through this entry point (t2t_jax/registry.py).
+    entry_points={"t2t_jax.experiments": ["builtin = experiments"]},
     extras_require={
         "test": ["pytest>=8"],
         # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),

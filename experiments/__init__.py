@@ -1,7 +1,9 @@
 """Named experiments: `--experiment=NAME` looks a config up here.
 
 Each module defines complete configs with plain Python and registers them by
-name. Experiments import nothing of `t2t_jax` but its config types.
+name. Experiments import nothing of `t2t_jax` but its config types; t2t_jax
+finds this package through the `t2t_jax.experiments` entry point (setup.py),
+never by importing it.
 """
 
 from __future__ import annotations
@@ -39,3 +41,6 @@ def get(name: str) -> ExperimentConfig:
 
 # Importing the definition modules fills the registry.
 from experiments import paper, table3, demo, multi30k  # noqa: E402,F401
+
+# Sweeps by name: row name -> SweepRow (what `python -m t2t_jax.sweep --sweep=NAME` runs).
+SWEEPS = {"table3": table3.ROWS}

@@ -22,20 +22,15 @@ TATOEBA_ENDE = os.path.join(SHARED_DATA, "tatoeba_ende")
 
 
 def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
+  # Why each setting: experiments/results/multi30k_ende/README.md, and the attempts behind it
+  # in experiments/results/multi30k_ende/attempts/README.md.
   return ExperimentConfig(
-      # 29k pairs cannot feed a 63M-parameter model, and on a CPU the hour is the limit:
-      # 3+3 layers of width 128 (2.4M parameters) train at ~2.3x the tokens/s of width 256
-      # and reached the dev perplexity in 20 minutes that width 256 reached in 45. 4+4 layers
-      # with d_ff 256 cost the same per step but learnt more slowly (dev ppl 8.4 vs 6.8 at 2.5k);
-      # d_ff 1024 or a 6-layer encoder cost more per step than they gained (results README).
+      # 29k pairs cannot feed a 63M-parameter model, and an hour of CPU is the limit: 3+3
+      # layers of width 128 (2.4M parameters) learnt fastest per minute of what was tried.
       model=ModelConfig(vocab_size=8000, num_layers=3, d_model=128, d_ff=512, num_heads=4,
                         d_k=32, d_v=32,
-                        # One hour is ~28 epochs here: the paper's 0.1; 0.2 ended with lower dev
-                        # perplexity (5.90 vs 6.15) but lower valid BLEU (38.71 vs 39.01);
-                        # 0.3 learnt too slowly for the hour (valid 34.40).
-                        dropout=0.1,
-                        # eps_ls 0.2, not the paper's 0.1: 29k pairs overfit by ~17 epochs, and
-                        # 0.2 gave valid 39.72 vs 39.20 in otherwise equal runs (ppl 6.30 vs 5.96).
+                        dropout=0.1,  # the paper's; 0.2 and 0.3 scored lower on valid
+                        # 0.2, not the paper's 0.1: a 29k-pair corpus overfits within the hour.
                         label_smoothing=0.2, max_len=128),
       data=DataConfig(dataset=dataset, train_split="train", dev_split="valid",
                       test_split=test_split,
@@ -43,29 +38,22 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
                       vocab_type="bpe", max_length=128,
                       # Coarser buckets than T2T's 10%: fewer shapes to compile in one hour.
                       bucket_growth=1.2),
-      # ~3k tokens per step (under a second a step here); the hour is a wall-time budget that
-      # includes compilation and dev evaluation (steps is only an upper bound); warmup 600,
-      # set for the ~1,500 updates of the width-256 recipe, kept for the ~4,900 now: 300 fell
-      # behind by step 800 (a higher peak rate, like twice the rate).
+      # ~3k tokens per step (under a second a step here). The hour is a wall-time budget that
+      # includes compilation and dev evaluation, so `steps` is only an upper bound.
       train=TrainConfig(steps=10000, max_train_minutes=60.0, tokens_per_step=3072,
                         max_tokens_per_batch=3072, warmup_steps=600, checkpoint_every_steps=200,
                         checkpoint_every_minutes=10.0, keep_checkpoints=10,
-                        # The paper's schedule never anneals (it averages instead); an hour ends
-                        # mid-schedule, so the rate falls linearly to 0 over its last 20 minutes:
-                        # dev ppl 5.96 vs 6.15 with 14% fewer steps; valid 39.20 vs 39.12/39.35
-                        # alone, 39.72 with eps_ls 0.2 (the pair is the adopted change).
+                        # The paper's schedule never anneals; an hour ends mid-schedule, so the
+                        # rate falls linearly to 0 over its last 20 minutes.
                         cooldown_minutes=20.0,
                         eval_every_steps=500, log_every_steps=100),
-      # Minimum Bayes risk among 8 beam hypotheses, not the paper's top one of 4 (valid,
-      # this ensemble: 40.91 against 40.19; beam 4 or 16 with MBR 40.81 / 41.04, temperature
-      # 1-4 within 0.3, weights from raw log-probabilities 0.9 lower; results README).
+      # Minimum Bayes risk among 8 beam hypotheses, not the paper's best of 4: chosen on valid.
       decode=DecodeConfig(beam_size=8, alpha=0.6, max_extra_length=50, mbr=True,
                           mbr_temperature=2.0),
       average=AverageConfig(last=5),
       # Two seeds trained at once, one per core, decoded together: this model's step scales
-      # ~linearly with cores, so each member gets about what one model got on two cores, and by
-      # the hour's end one model has nearly converged (13% more steps moved valid by +0.04).
-      # The pair scored valid 40.59 against its members' 38.92 / 39.07.
+      # about linearly with cores, so each member gets what one model got on two cores, and one
+      # model is near convergence by the hour's end.
       ensemble=EnsembleConfig(members=2),
   )
 

@@ -1,3 +1,14 @@
-"""t2t_jax: the Transformer of "Attention Is All You Need" in JAX/Flax."""
+"""t2t_jax: the Transformer of "Attention Is All You Need" in JAX/Flax.
+
+`from t2t_jax import Translator` is the Python API (t2t_jax/translator.py). It is loaded on
+first use, so that importing the package for `--help` or a config starts no JAX.
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+  if name == "Translator":
+    from t2t_jax.translator import Translator
+    return Translator
+  raise AttributeError(f"module 't2t_jax' has no attribute {name!r}")

@@ -75,7 +75,7 @@ def _emit(record: dict[str, Any]) -> None:
 
 
 def _experiment(name: str | None, workload: str | None, dtype: str):
-  from experiments import get
+  from t2t_jax.registry import get
   from t2t_jax.config import override, parse_set_flags
   cfg = get(name or "base_ende")
   sets: dict[str, Any] = {"model.dtype": dtype}
@@ -299,7 +299,7 @@ def run_host() -> None:
   import jax
   from t2t_jax import train
   from t2t_jax.config import override, parse_set_flags
-  from experiments import get
+  from t2t_jax.registry import get
   sets = {**HOST_MICRO, "train.steps": FLAGS.host_steps, **parse_set_flags(FLAGS.set)}
   cfg = override(get(FLAGS.experiment or "demo"), sets)
   n = jax.local_device_count()
@@ -347,7 +347,7 @@ def run_decode(workload: str | None) -> None:
 
 
 def run_input() -> None:
-  from experiments import get
+  from t2t_jax.registry import get
   from t2t_jax import input_pipeline
   from t2t_jax.config import override
   import jax

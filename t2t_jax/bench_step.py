@@ -47,7 +47,7 @@ def train_flops(m: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float
 
 def workload_config(sets: dict[str, Any], dtype: str):
   """base_ende's config with `sets`, in `dtype`, training with dropout and label smoothing 0.1."""
-  from experiments import get
+  from t2t_jax.registry import get
   from t2t_jax.config import override
   return override(get("base_ende"), {"model.dtype": dtype, "model.dropout": 0.1,
                                      "model.label_smoothing": 0.1, **sets})

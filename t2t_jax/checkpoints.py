@@ -167,6 +167,26 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
                               for key, cls in sections.items()}
 
 
+def recorded_config(workdir: str) -> ExperimentConfig | None:
+  """The whole config a workdir was trained with (fields added since filled with their
+  defaults, fields since removed ignored), or None before its first run."""
+  path = os.path.join(workdir, RUN_INFO)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    info = json.load(f)
+  sections = {}
+  for field in dataclasses.fields(ExperimentConfig):
+    value = info["config"].get(field.name)
+    if isinstance(value, dict):
+      cls = type(getattr(ExperimentConfig(), field.name))
+      known = {f.name for f in dataclasses.fields(cls)}
+      value = cls(**{k: v for k, v in value.items() if k in known})
+    if value is not None:
+      sections[field.name] = value
+  return ExperimentConfig(**sections)
+
+
 SIGNAL_CHECKPOINTS = "signal_checkpoints.json"  # steps checkpointed off schedule, on a signal
 
 

@@ -167,8 +167,8 @@ def resume_check(quick: bool, log_dir: str) -> dict[str, Any]:
   # The final parameters of both runs, restored as the trainer restores them.
   from t2t_jax import checkpoints, optim, train
   from t2t_jax.config import override
-  import experiments
-  cfg = override(experiments.get("demo"), sets)
+  from t2t_jax import registry
+  cfg = override(registry.get("demo"), sets)
   state = train.init_state(cfg, optim.make_optimizer(cfg))
   finals = []
   for workdir in (full, resumed):

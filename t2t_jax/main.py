@@ -57,11 +57,11 @@ def fail(message: str) -> None:
 
 def load_config(experiment: str | None, sets: list[str], dataset: str | None) -> ExperimentConfig:
   """The experiment's config with the command line's overrides applied and checked."""
-  import experiments
+  from t2t_jax import registry
   if not experiment:
-    raise UsageError(f"--experiment is required; valid names: {', '.join(experiments.names())}")
+    raise UsageError(f"--experiment is required; valid names: {', '.join(registry.names())}")
   try:
-    cfg = experiments.get(experiment)
+    cfg = registry.get(experiment)
   except KeyError as e:
     raise UsageError(e.args[0]) from None
   cfg = override(cfg, parse_set_flags(sets))
@@ -150,8 +150,8 @@ def main(argv: list[str]) -> None:
   elif FLAGS.mode == "train":
     run_train(cfg, workdir)
   elif FLAGS.mode == "average":
-    from t2t_jax import evaluate, train
-    for member in evaluate.member_dirs(cfg, workdir):
+    from t2t_jax import train, translator
+    for member in translator.member_dirs(cfg, workdir):
       train.run_average(cfg, member)
   elif FLAGS.mode == "eval":
     from t2t_jax import evaluate
@@ -190,11 +190,11 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
 def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains `ensemble.members` models at once, each averaging and evaluating itself; then
   decodes the dev and test splits with all of them."""
-  from t2t_jax import ensemble, evaluate, input_pipeline, train
+  from t2t_jax import ensemble, evaluate, input_pipeline, train, translator
   train.check_workdir(cfg, workdir)
   train.write_run_info(cfg, workdir)
   input_pipeline.prepared_dir(cfg)  # once, before the members start
-  dirs = evaluate.member_dirs(cfg, workdir)
+  dirs = translator.member_dirs(cfg, workdir)
   if not ensemble.train_members(cfg, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
     return
   if cfg.train.final_eval and not print_stored_eval(cfg, workdir, dirs):

@@ -36,15 +36,13 @@ Array = jax.Array
 NEG_INF = -1e9  # additive mask: exp(-1e9) is exactly 0 in float32
 
 
-def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
-  """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5)."""
-  pos = np.arange(length, dtype=np.float64)[:, None]
-  two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
-  angle = pos / np.power(10000.0, two_i / d_model)
-  pe = np.zeros((length, d_model), dtype=np.float32)
-  pe[:, 0::2] = np.sin(angle)
-  pe[:, 1::2] = np.cos(angle)
-  return pe
+def sinusoidal_positions(length: int, d_model: int, offset: Array | int = 0) -> Array:
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), for
+  positions offset .. offset + length - 1; `offset` may be traced (cached decoding)."""
+  pos = (offset + jnp.arange(length)).astype(jnp.float32)[:, None]
+  inv_freq = jnp.power(10000.0, -jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model)
+  angle = pos * inv_freq[None, :]
+  return jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(length, d_model)
 
 
 def _compute_dtype(cfg: ModelConfig):
@@ -336,14 +334,7 @@ class Positions(nn.Module):
         raise ValueError(f"sequence length {offset + length} exceeds "
                          f"model.max_len={self.cfg.max_len} (learned positions)")
       return x + jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]
-    if isinstance(offset, int):
-      return x + jnp.asarray(sinusoidal_positions(offset + length, d)[offset:])[None]
-    # A traced offset (cached decoding): the same formula computed on the fly.
-    pos = (offset + jnp.arange(length)).astype(jnp.float32)[:, None]
-    inv_freq = jnp.power(10000.0, -jnp.arange(0, d, 2, dtype=jnp.float32) / d)[None, :]
-    angle = pos * inv_freq
-    pe = jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(length, d)
-    return x + pe[None]
+    return x + sinusoidal_positions(length, d, offset)[None]
 
 
 def padding_bias(tokens: Array) -> Array:

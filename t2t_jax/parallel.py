@@ -86,7 +86,7 @@ def shard(tree: Any, n_devices: int | None = None, local_only: bool = False) -> 
   return jax.device_put(tree, device_sharding(_device_count(n_devices, local_only)))
 
 
-def agree(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]:
+def any_process(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]:
   """Each flag OR-ed over all processes, and the latest of their clock readings.
 
   Stop, budget and checkpoint decisions must be the same on every process, or

@@ -7,15 +7,13 @@ a 37000 shared vocabulary a faithful model lands a few percent low.
 
 from __future__ import annotations
 
-import experiments
-from experiments import table3
-from t2t_jax import model
+from t2t_jax import model, registry
 
 
 def rows() -> list[dict]:
   out = []
-  for name, row in table3.ROWS.items():
-    ours = model.count_params(model.abstract_params(experiments.get(name).model))
+  for name, row in registry.sweep("table3").items():
+    ours = model.count_params(model.abstract_params(registry.get(name).model))
     out.append({"experiment": name, "change": row.change, "ours": ours, "ours_m": ours / 1e6,
                 "paper_m": row.paper_params_m})
   return out

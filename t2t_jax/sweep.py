@@ -27,7 +27,7 @@ from typing import Any
 
 from absl import app, flags
 
-from t2t_jax import backend, ensemble
+from t2t_jax import backend, ensemble, registry
 from t2t_jax.config import SweepRow, parse_set_flags
 from t2t_jax.errors import UserError
 
@@ -57,10 +57,7 @@ SCALED_FIELDS = {"width_scale": ("d_model", "d_ff", "d_k", "d_v"),
 
 def sweep_rows(name: str) -> dict[str, SweepRow]:
   """Row name -> its change and the paper's figures."""
-  if name != "table3":
-    raise ValueError(f"unknown sweep {name!r}; valid: table3")
-  from experiments import table3
-  return table3.ROWS
+  return registry.sweep(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,14 +98,12 @@ def row_command(run: Run, workdir: str, sets: dict[str, str], dataset: str | Non
     if key not in ablation_keys:
       cmd += ["--set", f"{key}={value}"]
   if scales:
-    from experiments import get
-    m = get(row).model
+    m = registry.get(row).model
     for key, scale in scales.items():
       # round-half-up: N=2/4/6/8 at 0.5 must stay four distinct depths 1/2/3/4
       cmd += ["--set", f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}"]
   if run.seed:
-    from experiments import get
-    seed = int(sets.get("train.seed", get(row).train.seed)) + run.seed
+    seed = int(sets.get("train.seed", registry.get(row).train.seed)) + run.seed
     cmd += ["--set", f"train.seed={seed}"]
   return cmd
 

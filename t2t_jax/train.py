@@ -452,7 +452,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   def agreed(stop_requested: bool, checkpoint_due: bool) -> tuple[bool, bool, bool, float]:
     """(stop, checkpoint due, budget spent, cooldown factor), the same on every process: the
     flags of any process, and the training time across resumes by the latest clock."""
-    (stop_requested, checkpoint_due), trained_sec = parallel.agree(
+    (stop_requested, checkpoint_due), trained_sec = parallel.any_process(
         [stop_requested, checkpoint_due], time.time() - start_time + metrics_log.elapsed_before)
     return (stop_requested, checkpoint_due, budget > 0 and trained_sec >= budget,
             optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes))

@@ -158,7 +158,7 @@ class _IdVocab:
 
 def test_translator_keeps_order_alignment_and_truncates(params, capsys):
   from t2t_jax.config import DecodeConfig
-  tr = decode.Translator(params, TINY, DecodeConfig(beam_size=2, alpha=0.6, max_extra_length=5),
+  tr = decode.BeamDecoder(params, TINY, DecodeConfig(beam_size=2, alpha=0.6, max_extra_length=5),
                          _IdVocab(), max_input_length=8, tokens_per_batch=16)
   sentences = ["5 6 7", "", "9 9 9 9 9 9 9 9 9 9 9 9", "4", "8 8 8 8 8"]
   out = tr.translate(sentences)
@@ -213,7 +213,7 @@ def test_ensemble_of_a_model_with_itself_is_that_model(params):
 
 def test_nbest_scores_are_the_hypotheses_penalised_log_probabilities(params):
   from t2t_jax.config import DecodeConfig
-  tr = decode.Translator(params, TINY, DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=5),
+  tr = decode.BeamDecoder(params, TINY, DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=5),
                          _IdVocab(), max_input_length=8)
   sources = [[5, 6, 7, EOS_ID], [9, 4, EOS_ID]]
   for src, nbest in zip(sources, tr.nbest_ids(sources)):
@@ -228,7 +228,7 @@ def test_mbr_output_is_the_beam_hypothesis_mbr_selects(params):
   from t2t_jax import mbr
   from t2t_jax.config import DecodeConfig
   cfg = DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=5, mbr=True, mbr_temperature=2.0)
-  tr = decode.Translator(params, TINY, cfg, _IdVocab(), max_input_length=8)
+  tr = decode.BeamDecoder(params, TINY, cfg, _IdVocab(), max_input_length=8)
   sentences = ["5 6 7", "9 4", "", "8 8 8 8"]
   out = tr.translate(sentences)
   assert out[2] == ""
@@ -238,7 +238,7 @@ def test_mbr_output_is_the_beam_hypothesis_mbr_selects(params):
     assert got == texts[mbr.select(texts, [lp for _, lp in nbest], 2.0)]
   # One hypothesis leaves nothing to choose: MBR at beam 1 is the greedy translation.
   greedy = dict(beam_size=1, alpha=0.6, max_extra_length=5)
-  plain = decode.Translator(params, TINY, DecodeConfig(**greedy), _IdVocab(), max_input_length=8)
-  with_mbr = decode.Translator(params, TINY, DecodeConfig(**greedy, mbr=True), _IdVocab(),
+  plain = decode.BeamDecoder(params, TINY, DecodeConfig(**greedy), _IdVocab(), max_input_length=8)
+  with_mbr = decode.BeamDecoder(params, TINY, DecodeConfig(**greedy, mbr=True), _IdVocab(),
                                max_input_length=8)
   assert with_mbr.translate(sentences) == plain.translate(sentences)

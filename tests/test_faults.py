@@ -9,7 +9,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,26 +23,20 @@ import experiments
 from t2t_jax import checkpoints, optim, train
 from t2t_jax.config import override
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import FAST_DATA, REPO, TINY_MODEL, main_command
+
 ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 STEPS = 30
-SETS = {"model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2,
-        "model.d_k": 16, "model.d_v": 16, "model.vocab_size": 64, "model.dropout": 0.1,
+SETS = {**TINY_MODEL, **FAST_DATA, "model.dropout": 0.1,
         "train.steps": STEPS, "train.checkpoint_every_steps": 10, "train.log_every_steps": 5,
         "train.eval_every_steps": 1000, "train.tokens_per_step": 512,
         "train.max_tokens_per_batch": 512, "train.keep_checkpoints": 10,
-        "train.final_eval": False,
-        # Three length buckets: few shapes to compile, so each run takes seconds.
-        "data.max_length": 32, "data.bucket_growth": 2.0}
+        "train.final_eval": False}
 SEED = int(os.environ.get("T2T_JAX_FAULT_SEED", time.time_ns() % 100000))
 
 
 def _cmd(workdir, mode="train", experiment="demo", **changes):
-  args = [sys.executable, "-m", "t2t_jax.main", f"--experiment={experiment}",
-          f"--workdir={workdir}", f"--mode={mode}"]
-  for k, v in {**SETS, **changes}.items():
-    args += ["--set", f"{k}={v}"]
-  return args
+  return main_command(workdir, mode, experiment, {**SETS, **changes})
 
 
 def _run(workdir, mode="train", **changes):
@@ -139,7 +132,7 @@ def test_sigterm_then_sigint_checkpoint_exit_0_and_resume_identically(reference,
     assert _ckpt_steps(workdir)[-1] == after  # the current step was checkpointed
     assert "resume with: python -m t2t_jax.main" in out
     if sig == signal.SIGINT:
-      assert f"resuming from checkpoint" in out
+      assert "resuming from checkpoint" in out
   r = _run(workdir)
   assert r.returncode == 0, r.stderr[-3000:]
   assert f"resuming from checkpoint {after}" in r.stdout

@@ -3,7 +3,6 @@ resumption, and clear errors for bad input."""
 
 import collections
 import json
-import os
 import shutil
 import subprocess
 import sys

@@ -4,7 +4,6 @@ like 1 process x 8 devices, and a multi-process run resumes from its own checkpo
 import os
 import socket
 import subprocess
-import sys
 
 import jax
 import numpy as np

@@ -7,21 +7,18 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-MINI = ["model.num_layers=1", "model.d_model=32", "model.d_ff=64", "model.num_heads=2",
-        "model.d_k=16", "model.d_v=16", "model.vocab_size=64", "train.steps=10",
-        "train.tokens_per_step=512", "train.max_tokens_per_batch=512",
-        "train.checkpoint_every_steps=10", "train.eval_every_steps=10", "data.max_length=32",
-        "data.bucket_growth=2.0", "decode.beam_size=1"]
+from helpers import FAST_DATA, REPO, TINY_MODEL, set_flags
+
+MINI = {**TINY_MODEL, **FAST_DATA, "train.steps": 10, "train.tokens_per_step": 512,
+        "train.max_tokens_per_batch": 512, "train.checkpoint_every_steps": 10,
+        "train.eval_every_steps": 10, "decode.beam_size": 1}
 
 
 def _sweep(workdir, *extra):
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={workdir}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2"]
-  for s in MINI:
-    args += ["--set", s]
+  args += set_flags(MINI)
   return subprocess.run(args + list(extra), cwd=REPO, capture_output=True, text=True,
                         timeout=900)
 
@@ -92,9 +89,8 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", "--seeds=2",
           "--seeds_for=table3_base"]
-  for s in MINI + ["train.steps=40", "train.log_every_steps=2", "train.checkpoint_every_steps=40",
-                   "train.eval_every_steps=40"]:
-    args += ["--set", s]
+  args += set_flags({**MINI, "train.steps": 40, "train.log_every_steps": 2,
+                     "train.checkpoint_every_steps": 40, "train.eval_every_steps": 40})
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
   proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,136 @@
+"""Trained models for decoding, and the Python API: `Translator.from_workdir(DIR).translate(...)`.
+
+What `--mode=eval`, `translate` and `attention` decode with is loaded here: the averaged
+checkpoint when it covers the newest one, else the newest checkpoint; every member of an
+`ensemble.members` run; the workdir's own vocabulary (no data cache needed). `Translator` is
+the object `--mode=translate` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import os
+
+from t2t_jax import checkpoints, decode, input_pipeline
+from t2t_jax.config import DecodeConfig, ExperimentConfig, ModelConfig
+from t2t_jax.errors import UserError
+
+
+def load_inference_params(cfg: ExperimentConfig, workdir: str) -> tuple[Any, str]:
+  """Averaged parameters when present, else the latest checkpoint's."""
+  found = checkpoints.load_params_for_inference(workdir, cfg)
+  if found is None:
+    raise UserError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first with "
+                    f"python -m t2t_jax.main --experiment={cfg.name} --workdir={workdir}")
+  return found
+
+
+def member_dirs(cfg: ExperimentConfig, workdir: str) -> list[str]:
+  """The workdirs whose models decode as this run: its `ensemble.members` trained side by
+  side in WORKDIR/member<i>/, or the workdir itself."""
+  if cfg.ensemble.members > 1:
+    return [os.path.join(workdir, f"member{i}") for i in range(cfg.ensemble.members)]
+  return [workdir]
+
+
+def load_ensemble(cfg: ExperimentConfig, dirs: Sequence[str]
+                  ) -> tuple[list[Any], list[ModelConfig], str]:
+  """Parameters and model configs of the runs in `dirs`, for one ensemble.
+
+  Members may differ in shape (each keeps the model it was trained with) but must share
+  the data settings, and hence the vocabulary, that `cfg` asks for. Every member is
+  checked before any parameters load.
+  """
+  members = []
+  for member in dirs:
+    found = checkpoints.recorded_settings(member)
+    if found is None:
+      raise UserError(f"ensemble member {member} holds no trained run "
+                      f"(no {checkpoints.RUN_INFO})")
+    data, model_cfg = found[1]["data"], ModelConfig(**found[1]["model"])
+    differ = [f"data.{k}" for k, v in dataclasses.asdict(cfg.data).items() if data.get(k) != v]
+    if model_cfg.vocab_size != cfg.model.vocab_size:
+      differ.append("model.vocab_size")
+    if differ:
+      raise UserError(f"ensemble member {member} was trained with other data or vocabulary "
+                      f"settings ({', '.join(differ)}) than asked for; ensemble members must "
+                      f"share one vocabulary")
+    members.append((member, dataclasses.replace(cfg, model=model_cfg)))
+  params, labels = [], []
+  for member, member_cfg in members:
+    member_params, label = load_inference_params(member_cfg, member)
+    params.append(member_params)
+    labels.append(f"{member}: {label}")
+  return params, [c.model for _, c in members], "ensemble of " + "; ".join(labels)
+
+
+def beam_decoder(cfg: ExperimentConfig, params: Any, vocab: Any,
+                 model_cfgs: Sequence[ModelConfig] | None = None) -> decode.BeamDecoder:
+  """One model, or an ensemble when `model_cfgs` lists each member's config."""
+  max_len = min(c.max_len for c in model_cfgs or [cfg.model])
+  return decode.BeamDecoder(params, model_cfgs or cfg.model, cfg.decode, vocab,
+                            max_input_length=min(cfg.data.max_length, max_len))
+
+
+def load_decoder(cfg: ExperimentConfig, dirs: Sequence[str], vocab: Any
+                 ) -> tuple[decode.BeamDecoder, str]:
+  """The beam decoder of the model(s) in `dirs`, and a label saying which checkpoints."""
+  if len(dirs) > 1:
+    params, cfgs, label = load_ensemble(cfg, dirs)
+    return beam_decoder(cfg, params, vocab, cfgs), label
+  params, label = load_inference_params(cfg, dirs[0])
+  return beam_decoder(cfg, params, vocab), label
+
+
+def model_dirs(cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str] = ()) -> list[str]:
+  """This run's model(s), then the `--ensemble` workdirs."""
+  return member_dirs(cfg, workdir) + [os.path.abspath(os.path.expanduser(d)) for d in ensemble]
+
+
+class Translator:
+  """Beam search (or MBR among the beam) over all local devices, sentences in, text out."""
+
+  def __init__(self, decoder: Any, cfg: ExperimentConfig, label: str):
+    self._decoder, self.cfg, self.label = decoder, cfg, label
+
+  @classmethod
+  def from_workdir(cls, workdir: str, *, ensemble: Sequence[str] = (),
+                   **decode_settings: Any) -> "Translator":
+    """The model(s) of a trained workdir; `ensemble` adds other workdirs of the same
+    vocabulary. Keyword arguments replace `decode.*` settings: beam_size, alpha,
+    max_extra_length, min_length, mbr, mbr_temperature."""
+    cfg = checkpoints.recorded_config(workdir)
+    if cfg is None:
+      raise UserError(f"{workdir} holds no trained run (no {checkpoints.RUN_INFO})")
+    return cls.from_config(cfg, workdir, ensemble, **decode_settings)
+
+  @classmethod
+  def from_config(cls, cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str] = (),
+                  **decode_settings: Any) -> "Translator":
+    """As `from_workdir`, with the experiment's config given (the command line's)."""
+    known = {f.name for f in dataclasses.fields(DecodeConfig)}
+    unknown = sorted(set(decode_settings) - known)
+    if unknown:
+      raise TypeError(f"unknown decode settings {unknown}; valid: {', '.join(sorted(known))}")
+    cfg = dataclasses.replace(cfg, decode=dataclasses.replace(cfg.decode, **decode_settings))
+    dirs = model_dirs(cfg, workdir, ensemble)
+    decoder, label = load_decoder(cfg, dirs, input_pipeline.load_vocab(cfg, dirs))
+    return cls(decoder, cfg, label)
+
+  def translate(self, sentences: Sequence[str] | str) -> list[str] | str:
+    """One translation per sentence, in order; empty sentences give empty translations."""
+    if isinstance(sentences, str):
+      return self._decoder.translate([sentences])[0]
+    return self._decoder.translate(list(sentences))
+
+  def translate_nbest(self, sentences: Sequence[str]) -> list[list[tuple[str, float]]]:
+    """Per sentence, the beam's finished hypotheses with the scores the search ranked them by
+    (log p / length penalty), best first; beam_size of them (slots left empty score -inf)."""
+    nonempty = [j for j, s in enumerate(sentences) if s.strip()]
+    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
+    nbest = self._decoder.nbest_ids(self._decoder.encode([sentences[j] for j in nonempty]))
+    for j, hyps in zip(nonempty, nbest):
+      out[j] = [(self._decoder.vocab.decode(ids), score) for ids, score in hyps]
+    return out

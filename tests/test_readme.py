@@ -1,0 +1,65 @@
+"""Every command in the README's shell blocks runs, in a quick form: each `python -m` command
+parses its flags (`--help` after them), each training or translation command checks its
+experiment and `--set` keys (`--mode=params`), the launch scripts parse, the extras exist."""
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def _commands() -> list[str]:
+  """The README's ```bash blocks as commands: continuations joined, comments dropped."""
+  out = []
+  for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for cmd in block.replace("\\\n", " ").splitlines():
+      cmd = cmd.split(" # ")[0].strip()
+      if cmd and not cmd.startswith("#"):
+        out.append(cmd)
+  return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_readme_has_its_commands():
+  assert len(COMMANDS) >= 10
+  assert COMMANDS[0] == 'pip install -e ".[test]"'
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_readme_command_runs_in_a_quick_form(cmd):
+  cmd = cmd.split("|")[-1].strip()  # `echo ... | python -m ...`: the python side
+  words = shlex.split(cmd)
+  while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value prefixes
+    words = words[1:]
+  if words[:3] == ["pip", "install", "-e"]:
+    extra = re.fullmatch(r"\.\[(\w+)\]", words[3]).group(1)
+    assert f'"{extra}":' in (REPO / "setup.py").read_text(), extra
+    return
+  if words[0] in ("sbatch", "bash"):
+    script = next(w for w in words if w.startswith("experiments/"))
+    r = subprocess.run(["bash", "-n", script], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return
+  assert words[:2] == ["python", "-m"], cmd
+  if words[2] == "pytest":
+    return  # this suite
+  args = [sys.executable] + words[1:]
+  # The module's own flags parse the command's arguments (names, types, enum values).
+  parse = ("import sys; from absl import flags; import importlib; "
+           "importlib.import_module(sys.argv[1]); flags.FLAGS(['prog'] + sys.argv[2:])")
+  r = subprocess.run([sys.executable, "-c", parse] + words[2:], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+  assert r.returncode == 0, (cmd, r.stderr[-2000:])
+  if words[2] == "t2t_jax.main":
+    quick = [a for a in args if not a.startswith(("--mode=", "--sentence=", "--output="))]
+    r = subprocess.run(quick + ["--mode=params"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "params:" in r.stdout, (cmd, r.stderr[-2000:])
