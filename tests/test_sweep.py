@@ -89,8 +89,8 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", "--seeds=2",
           "--seeds_for=table3_base"]
-  args += set_flags({**MINI, "train.steps": 40, "train.log_every_steps": 2,
-                     "train.checkpoint_every_steps": 40, "train.eval_every_steps": 40})
+  args += set_flags({**MINI, "train.steps": 24, "train.log_every_steps": 2,
+                     "train.checkpoint_every_steps": 24, "train.eval_every_steps": 24})
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
   proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
@@ -104,7 +104,7 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   assert "[table3_base] cores" in out and "[table3_base_seed1] cores" in out
   for d in first:  # both were running, both stopped early with a checkpoint
     steps = [int(p.name) for p in (d / "checkpoints").iterdir() if p.name.isdigit()]
-    assert steps and max(steps) < 40, d
+    assert steps and max(steps) < 24, d
   assert not (tmp_path / "table3_c_n2").exists()  # nothing new starts after the signal
 
   r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
