@@ -97,6 +97,20 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
     jax.block_until_ready(metrics)
     times.append((time.perf_counter() - start) / steps_per_rep)
   t = statistics.median(times)
+  # What dispatching costs the calling thread: steps queued back to back, then one wait. On an
+  # accelerator a call should return long before its step ends; CPU time near the step time
+  # means the dispatch spins while it waits for the previous step.
+  calls = max(3, steps_per_rep)
+  cpu0, wall0 = time.thread_time(), time.perf_counter()
+  for _ in range(calls):
+    state, metrics = p_train(state, batch_arrays, rngs)
+  cpu1, wall1 = time.thread_time(), time.perf_counter()
+  jax.block_until_ready(metrics)
+  cpu2, wall2 = time.thread_time(), time.perf_counter()
+  dispatch = {"dispatch_cpu_ms_per_call": round(1e3 * (cpu1 - cpu0) / calls, 3),
+              "dispatch_wall_ms_per_call": round(1e3 * (wall1 - wall0) / calls, 3),
+              "final_wait_cpu_ms": round(1e3 * (cpu2 - cpu1), 3),
+              "final_wait_wall_ms": round(1e3 * (wall2 - wall1), 3)}
   peak = statistics.median(peaks)
   m = cfg.model
   flops = train_flops(m, batch * accum, length, length)
@@ -107,6 +121,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
           "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
           "matmul_peak_fraction": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
           "loss": round(float(metrics["loss"][0]), 4),
-          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+          **dispatch}
 
 
