@@ -89,10 +89,15 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", "--seeds=2",
           "--seeds_for=table3_base"]
-  args += set_flags({**MINI, "train.steps": 24, "train.log_every_steps": 2,
-                     "train.checkpoint_every_steps": 24, "train.eval_every_steps": 24})
+  # The first call asks for more steps than either run can take before the signal, so the
+  # SIGTERM always finds both running however far apart they start; the resume asks for a
+  # few steps more than the furthest got.
+  every = {"train.log_every_steps": 2}
+  args_long = args + set_flags({**MINI, **every, "train.steps": 100_000,
+                                "train.checkpoint_every_steps": 100_000,
+                                "train.eval_every_steps": 100_000})
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
-  proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+  proc = subprocess.Popen(args_long, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   first = [tmp_path / "table3_base", tmp_path / "table3_base_seed1"]
   deadline = time.time() + 300
@@ -102,11 +107,16 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   out, _ = proc.communicate(timeout=300)
   assert "sweep stopped on SIGTERM" in out, out[-3000:]
   assert "[table3_base] cores" in out and "[table3_base_seed1] cores" in out
-  for d in first:  # both were running, both stopped early with a checkpoint
+  stopped_at = []
+  for d in first:  # both were running, both stopped with a checkpoint
     steps = [int(p.name) for p in (d / "checkpoints").iterdir() if p.name.isdigit()]
-    assert steps and max(steps) < 24, d
+    assert steps, d
+    stopped_at.append(max(steps))
   assert not (tmp_path / "table3_c_n2").exists()  # nothing new starts after the signal
 
+  total = max(stopped_at) + 8
+  args += set_flags({**MINI, **every, "train.steps": total,
+                     "train.checkpoint_every_steps": total, "train.eval_every_steps": total})
   r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
   assert r.stdout.count("resuming from checkpoint") == 2
