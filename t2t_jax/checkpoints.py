@@ -150,6 +150,15 @@ class _StructureMismatch(Exception):
 RUN_INFO = "experiment.json"  # what a workdir was trained with, written when training starts
 
 
+def _run_info(workdir: str) -> dict[str, Any] | None:
+  """WORKDIR/experiment.json as written when training started, or None before that."""
+  path = os.path.join(workdir, RUN_INFO)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
 def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | None:
   """The experiment name and the model and data settings a workdir was trained with (as
   dicts), or None before its first run.
@@ -157,11 +166,9 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
   A field added to the configs since that run is absent from its record; its default is
   the old behaviour, so it is filled in.
   """
-  path = os.path.join(workdir, RUN_INFO)
-  if not os.path.exists(path):
+  info = _run_info(workdir)
+  if info is None:
     return None
-  with open(path) as f:
-    info = json.load(f)
   sections = {"model": ModelConfig, "data": DataConfig}
   return info["experiment"], {key: {**dataclasses.asdict(cls()), **info["config"][key]}
                               for key, cls in sections.items()}
@@ -170,11 +177,9 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
 def recorded_config(workdir: str) -> ExperimentConfig | None:
   """The whole config a workdir was trained with (fields added since filled with their
   defaults, fields since removed ignored), or None before its first run."""
-  path = os.path.join(workdir, RUN_INFO)
-  if not os.path.exists(path):
+  info = _run_info(workdir)
+  if info is None:
     return None
-  with open(path) as f:
-    info = json.load(f)
   sections = {}
   for field in dataclasses.fields(ExperimentConfig):
     value = info["config"].get(field.name)

@@ -101,11 +101,8 @@ def _train_command(workdir: str, sets: dict[str, Any]) -> list[str]:
 
 
 def _metrics(workdir: str) -> list[dict[str, Any]]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  from t2t_jax import plot
+  return plot.read_metrics(workdir, missing_ok=True)
 
 
 def _child_env(platform: str) -> dict[str, str]:

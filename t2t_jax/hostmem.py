@@ -53,13 +53,15 @@ def _thp_available() -> bool:
 
 def huge_page_env(environ: Mapping[str, str]) -> dict[str, str] | None:
   """The environment to re-execute with, or None when there is nothing to change."""
-  if environ.get(OPT_OUT, "1") == "0" or not backend.cpu_host_tricks(environ):
+  if environ.get(OPT_OUT, "1") == "0":
     return None
   tunables = environ.get("GLIBC_TUNABLES", "")
   if TUNABLE + "=" in tunables:  # set already: by us (no loop) or by the user (theirs wins)
     return None
   version = _glibc_version()
   if version is None or version < _MIN_GLIBC or not _thp_available():
+    return None
+  if not backend.cpu_host_tricks(environ):  # last: it scans the installed JAX plugins
     return None
   env = dict(environ)
   env["GLIBC_TUNABLES"] = f"{tunables}:{TUNABLE}=1" if tunables else f"{TUNABLE}=1"

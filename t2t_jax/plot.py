@@ -15,13 +15,15 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "A training workdir (with metrics.jsonl).")
-flags.DEFINE_string("output", None, "PNG path (default WORKDIR/learning_curve.png).")
 
 
-def read_metrics(workdir: str) -> list[dict]:
+def read_metrics(workdir: str, missing_ok: bool = False) -> list[dict]:
+  """WORKDIR/metrics.jsonl, one dict per logged step; [] for a run not yet logging when
+  `missing_ok`, else FileNotFoundError."""
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
+    if missing_ok:
+      return []
     raise FileNotFoundError(f"no metrics in {path}: train first")
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
@@ -91,4 +93,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  # Defined here, not on import, so that the sweep and the device check can read metrics
+  # through this module beside their own flags.
+  flags.DEFINE_string("workdir", None, "A training workdir (with metrics.jsonl).")
+  flags.DEFINE_string("output", None, "PNG path (default WORKDIR/learning_curve.png).")
   app.run(main)

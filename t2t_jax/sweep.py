@@ -293,13 +293,11 @@ def _dev_curves(workdir: str, table: list[dict], path: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from t2t_jax import plot
   fig, ax = plt.subplots(figsize=(9, 6))
   for t in table:
-    metrics = os.path.join(workdir, t["experiment"], "metrics.jsonl")
-    if not os.path.exists(metrics):
-      continue
-    with open(metrics) as f:
-      rows = [r for r in map(json.loads, f) if "dev_ppl" in r]
+    rows = [r for r in plot.read_metrics(os.path.join(workdir, t["experiment"]), missing_ok=True)
+            if "dev_ppl" in r]
     if rows:
       is_base = t["experiment"].endswith("_base")
       ax.plot([r["step"] for r in rows], [r["dev_ppl"] for r in rows],
@@ -327,9 +325,8 @@ def _run_forwarding_sigterm(cmd: list[str]) -> int:
     signal.signal(signal.SIGINT, old_int)
 
 
-def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> bool:
-  """Runs the unfinished runs, `k` at once, each on its share of the host; True when all
-  finished. A SIGTERM or Ctrl-C is passed on to the running ones (each checkpoints and exits)
+def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> None:
+  """Runs the unfinished runs, `k` at once, each on its share of the host. A SIGTERM or Ctrl-C is passed on to the running ones (each checkpoints and exits)
   and starts no more; the same command resumes them."""
   shares = backend.member_shares(k)
   if shares is None:
@@ -343,7 +340,7 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> b
 
   def forward(signum, frame):
     signalled.append(signal.Signals(signum).name)
-    for proc, _, _ in running.values():
+    for proc, *_ in running.values():
       if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
 
@@ -360,10 +357,9 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> b
               flush=True)
         proc, relay = ensemble.start_logged_run(cmd, os.path.join(run_dir, "train.log"),
                                                 f"[{run.name}] ", share_env)
-        running[slot] = (proc, relay, (run, time.time()))
-      if not queue or signalled or not free:
-        time.sleep(0.5)
-      for slot, (proc, relay, (run, start)) in list(running.items()):
+        running[slot] = (proc, relay, run, time.time())
+      time.sleep(0.5)
+      for slot, (proc, relay, run, start) in list(running.items()):
         if proc.poll() is None:
           continue
         relay.join(timeout=10)
@@ -382,11 +378,10 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> b
     print(f"sweep stopped on {signalled[0]}; run the same command to resume", flush=True)
   if failed:
     raise UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}")
-  return not signalled
 
 
-def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> bool:
-  """Runs the unfinished runs one after another in this terminal; True when all finished."""
+def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> None:
+  """Runs the unfinished runs one after another in this terminal."""
   for i, (run, cmd) in enumerate(commands.items(), 1):
     if row_result(os.path.join(workdir, run.name)) is not None:
       print(f"[{i}/{len(commands)}] {run.name}: finished, skipped", flush=True)
@@ -402,9 +397,8 @@ def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> bool:
       continue
     if row_result(os.path.join(workdir, run.name)) is None:  # stopped by a signal
       print(f"sweep stopped during {run.name}; run the same command to resume", flush=True)
-      return False
+      return
     print(f"[{i}/{len(commands)}] {run.name}: done in {time.time() - start:.0f}s", flush=True)
-  return True
 
 
 def main(argv: list[str]) -> None:
