@@ -8,8 +8,10 @@ Bad input is a one-line `error: ...` on stderr with exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -168,9 +170,9 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
   from t2t_jax import evaluate, train
   _, stopped_by, finished = train.train_and_evaluate(cfg, workdir)
+  again = "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   if stopped_by:
-    print("resume with: python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-          flush=True)
+    print(f"resume with: {again}", flush=True)
     return
   if not finished or not cfg.train.final_eval:
     return
@@ -183,8 +185,31 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
             f"--mode=average && {base} --mode=eval", flush=True)
     return
   if not print_stored_eval(cfg, workdir, [workdir]):
-    train.run_average(cfg, workdir)
-    evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+    try:
+      with _sigterm_stops():
+        train.run_average(cfg, workdir)
+        evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+    except _Stopped:
+      print(f"stopped on SIGTERM during the final evaluation; training is complete and "
+            f"checkpointed. Decode with the same command:\n  {again}", flush=True)
+
+
+class _Stopped(Exception):
+  """A SIGTERM arrived while a finished run was averaging or decoding."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops():
+  """The final average and decode take minutes; a SIGTERM then (a preemption notice, a sweep
+  stopping) ends them at once and cleanly: both write their outputs atomically, and the
+  same command redoes only what is missing."""
+  def handle(signum, frame):
+    raise _Stopped
+  old = signal.signal(signal.SIGTERM, handle)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, old)
 
 
 def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
@@ -198,7 +223,13 @@ def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
   if not ensemble.train_members(cfg, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
     return
   if cfg.train.final_eval and not print_stored_eval(cfg, workdir, dirs):
-    evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+    try:
+      with _sigterm_stops():
+        evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+    except _Stopped:
+      again = "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+      print(f"stopped on SIGTERM during the ensemble's evaluation; decode with the same "
+            f"command:\n  {again}", flush=True)
 
 
 def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) -> bool:

@@ -271,3 +271,29 @@ def test_a_stale_average_is_not_evaluated_silently(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "but checkpoint 20 is newer; using checkpoint 20" in r.stderr
   assert "translating 1 line(s) with checkpoint 20" in r.stderr
+
+
+def test_sigterm_during_the_final_decode_stops_cleanly_and_the_same_command_decodes(tmp_path):
+  """A preemption notice while a finished run decodes its dev set: exit 0 with the command
+  that finishes the job (not a death by signal, which a sweep counts as a failed row), no
+  partial result, and that command decodes without training again."""
+  workdir = tmp_path / "run"
+  slow_decode = {"train.steps": 10, "train.final_eval": True, "train.final_eval_test": False,
+                 "decode.beam_size": 8, "decode.max_extra_length": 200}
+  proc = subprocess.Popen(_cmd(workdir, **slow_decode), cwd=REPO, env=ENV, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  lines = []
+  for line in proc.stdout:
+    lines.append(line)
+    if line.startswith("decoding valid"):
+      proc.send_signal(signal.SIGTERM)
+      break
+  out = "".join(lines) + proc.stdout.read()
+  assert proc.wait(timeout=300) == 0, out[-3000:]
+  assert "stopped on SIGTERM during the final evaluation" in out, out[-3000:]
+  assert not (workdir / "eval" / "valid.json").exists()
+
+  r = _run(workdir, **{**slow_decode, "decode.beam_size": 1, "decode.max_extra_length": 5})
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "resuming from checkpoint 10" in r.stdout
+  assert json.loads((workdir / "eval" / "valid.json").read_text())["num_sentences"] > 0
