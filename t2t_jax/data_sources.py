@@ -253,8 +253,3 @@ def write_demo_folder(path: str, seed: int = 0) -> None:
       with open(os.path.join(tmp, f"{split}.{lang}"), "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
   publish_dir(tmp, path)
-
-
-def iter_lines(*sides: list[str]) -> Iterator[str]:
-  for side in sides:
-    yield from side

@@ -93,11 +93,8 @@ def _run_sets(quick: bool, steps: int) -> dict[str, Any]:
 
 
 def _train_command(workdir: str, sets: dict[str, Any]) -> list[str]:
-  cmd = [sys.executable, "-m", "t2t_jax.main", "--experiment=demo", f"--workdir={workdir}",
-         "--mode=train"]
-  for k, v in sets.items():
-    cmd += ["--set", f"{k}={v}"]
-  return cmd
+  from t2t_jax import ensemble
+  return ensemble.train_command("demo", workdir, sets=[f"{k}={v}" for k, v in sets.items()])
 
 
 def _metrics(workdir: str) -> list[dict[str, Any]]:

@@ -25,16 +25,23 @@ from t2t_jax.config import ExperimentConfig
 from t2t_jax.errors import UserError
 
 
-def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experiment: str,
-                   dataset: str | None, sets: Sequence[str]) -> list[str]:
-  """The member's own training command: the run's flags, one member, its own seed."""
+def train_command(experiment: str, workdir: str, dataset: str | None = None,
+                  sets: Sequence[str] = ()) -> list[str]:
+  """`python -m t2t_jax.main` training `experiment` in `workdir`; `sets` are "key=value"."""
   cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={experiment}",
-         f"--workdir={member_dir}"]
+         f"--workdir={workdir}"]
   if dataset:
     cmd.append(f"--dataset={dataset}")
   for item in sets:
     cmd += ["--set", item]
-  return cmd + ["--set", "ensemble.members=1", "--set", f"train.seed={cfg.train.seed + index}"]
+  return cmd
+
+
+def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experiment: str,
+                   dataset: str | None, sets: Sequence[str]) -> list[str]:
+  """The member's own training command: the run's flags, one member, its own seed."""
+  return train_command(experiment, member_dir, dataset, [
+      *sets, "ensemble.members=1", f"train.seed={cfg.train.seed + index}"])
 
 
 # Set by the ensemble command for each member: the command's pid.

@@ -87,25 +87,19 @@ def row_command(run: Run, workdir: str, sets: dict[str, str], dataset: str | Non
   its N=2/4/6/8 at 0.5 become 1/2/3/4.
   """
   row = run.row
-  cmd = [sys.executable, "-m", "t2t_jax.main", f"--experiment={row}",
-         f"--workdir={os.path.join(workdir, run.name)}"]
-  if dataset:
-    cmd.append(f"--dataset={dataset}")
   # A row's model and regularisation changes are its ablation and win over --set; its
   # schedule (big's 300k steps) does not: a miniature trains every row for the same steps.
   ablation_keys = {k for k in changes if not k.startswith("train.")}
-  for key, value in sets.items():
-    if key not in ablation_keys:
-      cmd += ["--set", f"{key}={value}"]
+  items = [f"{key}={value}" for key, value in sets.items() if key not in ablation_keys]
   if scales:
     m = registry.get(row).model
     for key, scale in scales.items():
       # round-half-up: N=2/4/6/8 at 0.5 must stay four distinct depths 1/2/3/4
-      cmd += ["--set", f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}"]
+      items.append(f"model.{key}={max(1, int(getattr(m, key) * scale + 0.5))}")
   if run.seed:
     seed = int(sets.get("train.seed", registry.get(row).train.seed)) + run.seed
-    cmd += ["--set", f"train.seed={seed}"]
-  return cmd
+    items.append(f"train.seed={seed}")
+  return ensemble.train_command(row, os.path.join(workdir, run.name), dataset, items)
 
 
 def row_result(row_dir: str) -> dict[str, Any] | None:
