@@ -126,7 +126,7 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
   from t2t_jax.config import ModelConfig
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
   return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
-          "params": params, "steps": info["config"]["train"]["steps"],
+          "params": params, "model": info["config"]["model"], "steps": info["config"]["train"]["steps"],
           "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
 
 
@@ -162,10 +162,35 @@ def aggregate(workdir: str, rows: dict[str, SweepRow], runs: list[Run]) -> list[
                  ("pending" if not results else "partial"))
     table.append(entry)
   base = next((t for t in table if t["experiment"].endswith("_base")), None)
+  for t, (row, _) in zip(table, rows.items()):
+    t["as_run"] = _as_run(workdir, runs, row, base)
   for t in table:
     for key, paper_key in (("dev_ppl", "paper_dev_ppl"), ("dev_tokenized_bleu", "paper_dev_bleu")):
       t[key + "_vs_base"] = _direction(t, base, key, paper_key)
   return table
+
+
+# Table 3's names for the model fields a row changes.
+_PAPER_NAMES = {"num_heads": "h", "num_layers": "N", "dropout": "P_drop",
+                "label_smoothing": "eps_ls"}
+
+
+def _as_run(workdir: str, runs: list[Run], row: str, base: dict | None) -> str:
+  """What a row's first run changed against base's, in the model as trained (a miniature
+  scales Table 3's sizes): "h=1, d_k=128, d_v=128"; "" for base, None before it has run."""
+  def model_of(name: str) -> dict | None:
+    run = next((r for r in runs if r.row == name), None)
+    path = os.path.join(workdir, run.name, "experiment.json") if run else ""
+    if not os.path.exists(path):
+      return None
+    with open(path) as f:
+      return json.load(f)["config"]["model"]
+  ours = model_of(row)
+  theirs = model_of(base["experiment"]) if base else None
+  if ours is None or theirs is None:
+    return None
+  return ", ".join(f"{_PAPER_NAMES.get(k, k)}={v}" for k, v in ours.items()
+                   if theirs.get(k) != v)
 
 
 def _direction(t: dict, base: dict | None, key: str, paper_key: str) -> str:
@@ -213,12 +238,14 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
     return f"{t[key]} ({spread:g})" if spread is not None else str(t[key])
   # The paper's BLEU is tokenized (section 6.1 / T2T's script): it is compared with our
   # tokenized BLEU; sacreBLEU (detokenized) is given beside it for comparison with peers.
-  lines = ["| experiment | change | params (M) | paper | seeds | dev PPL | paper | vs base "
-           "| dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU | steps "
-           "| train min |",
-           "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+  lines = ["| experiment | change | as run | params (M) | paper | seeds | dev PPL | paper "
+           "| vs base | dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU "
+           "| steps | train min |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|"]
   for t in table:
-    lines.append(f"| {t['experiment']} | {t['change']} | {t['params_m'] or 'pending'} | "
+    as_run = "pending" if t["as_run"] is None else t["as_run"]
+    lines.append(f"| {t['experiment']} | {t['change']} | {as_run} | "
+                 f"{t['params_m'] or 'pending'} | "
                  f"{t['paper_params_m'] or ''} | {t['seeds']} | {fmt(t, 'dev_ppl')} | "
                  f"{t['paper_dev_ppl']} | {t['dev_ppl_vs_base']} | "
                  f"{fmt(t, 'dev_tokenized_bleu')} | {t['paper_dev_bleu']} | "
@@ -227,7 +254,7 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
   counts = direction_counts(table)
   lines += ["", "Figures are means over a row's seeds, with max - min in parentheses. A row "
             "is within noise when its difference from base is no larger than base's seed "
-            "spread."]
+            "spread. \"as run\" is the row's model against base's, as trained here."]
   for key, label in (("dev_ppl", "dev PPL"), ("dev_tokenized_bleu", "dev BLEU (tokenized)")):
     c = counts[key]
     outside = c.get("agrees", 0) + c.get("opposes", 0)

@@ -129,6 +129,7 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   assert float(base["dev_ppl"]) == round(sum(ppls) / 2, 2)
   assert float(base["dev_ppl_spread"]) == round(max(ppls) - min(ppls), 2) > 0
   assert n2["dev_ppl_vs_base"] in ("agrees", "opposes", "within noise")
+  assert n2["as_run"] == "N=2" and base["as_run"] == ""  # the model each row trained
   md = (tmp_path / "table3.md").read_text()
   assert "rows outside the noise move in the paper's direction" in md
   assert (tmp_path / "table3_dev_curves.png").stat().st_size > 0
