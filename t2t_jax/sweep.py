@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from t2t_jax import backend, ensemble, registry
 from t2t_jax.config import SweepRow, parse_set_flags
@@ -327,7 +327,8 @@ def _dev_curves(workdir: str, table: list[dict], path: str) -> None:
   ax.set_xlabel("step")
   ax.set_ylabel("dev perplexity")
   ax.set_yscale("log")
-  ax.legend(fontsize=7, ncol=2)
+  if ax.lines:  # none before the first eval
+    ax.legend(fontsize=7, ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -358,6 +359,7 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> N
     if run not in queue:
       print(f"{run.name}: finished, skipped", flush=True)
   free, running, failed, signalled = list(range(k)), {}, [], []
+  finished, durations = len(commands) - len(queue), []
 
   def forward(signum, frame):
     signalled.append(signal.Signals(signum).name)
@@ -391,7 +393,10 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> N
           print(f"[{run.name}] failed with exit code {proc.returncode} (its log: "
                 f"{os.path.join(workdir, run.name, 'train.log')})", flush=True)
         elif row_result(os.path.join(workdir, run.name)) is not None:
-          print(f"[{run.name}] done in {time.time() - start:.0f}s", flush=True)
+          durations.append(time.time() - start)
+          finished += 1
+          print(f"[{run.name}] done in {durations[-1]:.0f}s", flush=True)
+          _print_progress(finished, len(commands), len(running), len(queue), durations, k)
   finally:
     for sig, handler in old.items():
       signal.signal(sig, handler)
@@ -399,6 +404,16 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> N
     print(f"sweep stopped on {signalled[0]}; run the same command to resume", flush=True)
   if failed:
     raise UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}")
+
+
+def _print_progress(finished: int, total: int, running: int, queued: int,
+                    durations: list[float], k: int) -> None:
+  """One line for a sweep that runs for hours: where it stands and roughly how long is left
+  (runs still to finish x this invocation's median run time / runs at once)."""
+  left = (running + queued) * statistics.median(durations) / k
+  print(f"sweep: {finished} of {total} runs finished, {running} running, {queued} queued; "
+        f"about {left / 3600:.1f} h left at {statistics.median(durations) / 60:.0f} min a run",
+        flush=True)
 
 
 def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> None:
@@ -425,6 +440,8 @@ def _run_one_by_one(commands: dict[Run, list[str]], workdir: str) -> None:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines quiet
   try:
     _main()
   except UserError as e:

@@ -120,6 +120,7 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
   assert r.stdout.count("resuming from checkpoint") == 2
+  assert "sweep: 3 of 3 runs finished, 0 running, 0 queued" in r.stdout
   with open(tmp_path / "table3.csv") as f:
     rows = {row["experiment"]: row for row in csv.DictReader(f)}
   base, n2 = rows["table3_base"], rows["table3_c_n2"]
