@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import json
 import os
 import random
 from typing import Iterator
@@ -73,14 +74,42 @@ def folder_splits(source: Source) -> list[str]:
                 f[:-len(source.src_lang)] + source.tgt_lang in files)
 
 
-def folder_fingerprint(source: Source, splits: list[str]) -> str:
-  """Changes whenever a file's path, size or modification time changes."""
+def file_sha256(path: str) -> str:
   h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def folder_fingerprint(source: Source, splits: list[str], memo_path: str | None = None) -> str:
+  """Identifies the folder's split files by content: the same data remounted or copied (new
+  mtimes, another parent folder) finds the cache it prepared, and an edited file does not.
+
+  Each file's hash is remembered in `memo_path` (JSON) under its path, size and mtime, so a
+  file is read once after each change, not on every start.
+  """
+  memo = {}
+  if memo_path and os.path.exists(memo_path):
+    try:
+      with open(memo_path) as f:
+        memo = json.load(f)
+    except (OSError, ValueError):
+      memo = {}  # unreadable: recompute, then rewrite
+  h, changed = hashlib.sha256(), False
   for split in splits:
     for lang in (source.src_lang, source.tgt_lang):
-      path = os.path.join(source.name, f"{split}.{lang}")
+      path = os.path.abspath(os.path.join(source.name, f"{split}.{lang}"))
       st = os.stat(path)
-      h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+      stamp = f"{st.st_size}|{st.st_mtime_ns}"
+      if memo.get(path, [None])[0] != stamp:
+        memo[path], changed = [stamp, file_sha256(path)], True
+      h.update(f"{split}.{lang}|{memo[path][1]}\n".encode())
+  if memo_path and changed and os.path.isdir(os.path.dirname(memo_path)):  # creates no cache
+    tmp = temporary_name(memo_path)
+    with open(tmp, "w") as f:
+      json.dump(memo, f, indent=0)
+    os.replace(tmp, memo_path)  # a racing writer's entries may be lost: they are recomputed
   return h.hexdigest()[:16]
 
 

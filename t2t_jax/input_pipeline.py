@@ -73,6 +73,10 @@ def _log(message: str) -> None:
 # Preparation and caching
 
 
+# Content hashes of folder sources' files, by path, size and mtime (data_sources.folder_fingerprint).
+FOLDER_HASHES = "folder_hashes.json"
+
+
 def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str] | None]:
   """The cache directory for this source + vocabulary, and the folder's splits."""
   root = cfg.data.data_dir or default_data_dir()
@@ -82,8 +86,8 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
   else:
     splits = data_sources.folder_splits(source)
     base = os.path.basename(source.name.rstrip("/")) or "folder"
-    key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-" \
-          f"{data_sources.folder_fingerprint(source, splits)}"
+    content = data_sources.folder_fingerprint(source, splits, os.path.join(root, FOLDER_HASHES))
+    key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-{content}"
   vocab_key = (f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
                f"-sample{cfg.data.vocab_sample_sentences}")
   return os.path.join(root, key, vocab_key), splits
@@ -270,10 +274,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     raise
 
 
-def file_sha256(path: str) -> str:
-  import hashlib
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()
+file_sha256 = data_sources.file_sha256
 
 
 def existing_cache(cfg: ExperimentConfig) -> str | None:

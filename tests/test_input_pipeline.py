@@ -3,6 +3,7 @@ resumption, and clear errors for bad input."""
 
 import collections
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -330,3 +331,20 @@ def test_a_workdir_keeps_its_vocabulary(tmp_path):
     assert r.returncode == 2, (mode, r.stderr[-2000:])
     assert "error: the data cache" in r.stderr and "another vocabulary" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_cache_follows_the_files_content_not_their_mtimes(tmp_path):
+  """The same files copied elsewhere with new mtimes (a remount) reuse the prepared cache;
+  one changed line prepares another."""
+  folder, cfg = _sampled_corpus(tmp_path)
+  cfg = override(cfg, {"data.data_dir": str(tmp_path / "cache")})
+  first = input_pipeline.prepared_dir(cfg)
+  copy = tmp_path / "elsewhere" / "corpus"
+  shutil.copytree(folder, copy)
+  for f in copy.iterdir():
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+  moved = override(cfg, {"data.dataset": f"folder:{copy}:en-de"})
+  assert input_pipeline.prepared_dir(moved) == first
+  lines = (copy / "valid.de").read_text().splitlines()
+  (copy / "valid.de").write_text("\n".join(["ein anderer Satz"] + lines[1:]) + "\n")
+  assert input_pipeline.prepared_dir(moved) != first
