@@ -126,7 +126,7 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
   from t2t_jax.config import ModelConfig
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
   return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
-          "params": params, "model": info["config"]["model"], "steps": info["config"]["train"]["steps"],
+          "params": params, "steps": info["config"]["train"]["steps"],
           "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
 
 
@@ -177,7 +177,7 @@ _PAPER_NAMES = {"num_heads": "h", "num_layers": "N", "dropout": "P_drop",
 
 def _as_run(workdir: str, runs: list[Run], row: str, base: dict | None) -> str:
   """What a row's first run changed against base's, in the model as trained (a miniature
-  scales Table 3's sizes): "h=1, d_k=128, d_v=128"; "" for base, None before it has run."""
+  scales Table 3's sizes): "h=1, d_k=128, d_v=128"; "" for base, None before it starts."""
   def model_of(name: str) -> dict | None:
     run = next((r for r in runs if r.row == name), None)
     path = os.path.join(workdir, run.name, "experiment.json") if run else ""
