@@ -170,7 +170,7 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
   from t2t_jax import evaluate, train
   _, stopped_by, finished = train.train_and_evaluate(cfg, workdir)
-  again = "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+  again = _this_command()
   if stopped_by:
     print(f"resume with: {again}", flush=True)
     return
@@ -192,6 +192,10 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
     except _Stopped:
       print(f"stopped on SIGTERM during the final evaluation; training is complete and "
             f"checkpointed. Decode with the same command:\n  {again}", flush=True)
+
+
+def _this_command() -> str:
+  return "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 class _Stopped(Exception):
@@ -227,9 +231,8 @@ def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
       with _sigterm_stops():
         evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
     except _Stopped:
-      again = "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
       print(f"stopped on SIGTERM during the ensemble's evaluation; decode with the same "
-            f"command:\n  {again}", flush=True)
+            f"command:\n  {_this_command()}", flush=True)
 
 
 def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) -> bool:
