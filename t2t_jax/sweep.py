@@ -115,17 +115,21 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
     return None
   with open(eval_path) as f:
     ev = json.load(f)
-  ppl, elapsed = None, None
+  dev_ppl, elapsed = {}, None  # step -> dev PPL (a resumed run may log a step again)
   with open(os.path.join(row_dir, "metrics.jsonl")) as f:
     for line in f:
       r = json.loads(line)
       if "dev_ppl" in r:
-        ppl = r["dev_ppl"]
+        dev_ppl[r["step"]] = r["dev_ppl"]
       elapsed = r.get("elapsed_sec", elapsed)
+  curve = [dev_ppl[step] for step in sorted(dev_ppl)]
   from t2t_jax import model
   from t2t_jax.config import ModelConfig
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
-  return {"dev_ppl": ppl, "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
+  # How far the row still was from converging: the fall of dev PPL over its last eval interval.
+  last_fall = 100 * (curve[-2] - curve[-1]) / curve[-2] if len(curve) > 1 else None
+  return {"dev_ppl": curve[-1] if curve else None, "dev_ppl_last_fall_pct": last_fall,
+          "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
           "params": params, "steps": info["config"]["train"]["steps"],
           "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
 
@@ -147,7 +151,7 @@ def aggregate(workdir: str, rows: dict[str, SweepRow], runs: list[Run]) -> list[
     entry: dict[str, Any] = {"experiment": row, "change": spec.change,
                              "seeds": len(results),
                              "seeds_planned": sum(run.row == row for run in runs)}
-    for key in ("dev_ppl", "dev_tokenized_bleu", "dev_bleu"):
+    for key in ("dev_ppl", "dev_tokenized_bleu", "dev_bleu", "dev_ppl_last_fall_pct"):
       mean, spread = _mean_and_spread([r[key] for r in results if r[key] is not None])
       entry[key] = round(mean, 2) if mean is not None else None
       entry[key + "_spread"] = round(spread, 2) if spread is not None else None
@@ -240,8 +244,8 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
   # tokenized BLEU; sacreBLEU (detokenized) is given beside it for comparison with peers.
   lines = ["| experiment | change | as run | params (M) | paper | seeds | dev PPL | paper "
            "| vs base | dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU "
-           "| steps | train min |",
-           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+           "| steps | last PPL fall (%) | train min |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
   for t in table:
     as_run = "pending" if t["as_run"] is None else t["as_run"]
     lines.append(f"| {t['experiment']} | {t['change']} | {as_run} | "
@@ -250,11 +254,15 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
                  f"{t['paper_dev_ppl']} | {t['dev_ppl_vs_base']} | "
                  f"{fmt(t, 'dev_tokenized_bleu')} | {t['paper_dev_bleu']} | "
                  f"{t['dev_tokenized_bleu_vs_base']} | {fmt(t, 'dev_bleu')} | "
-                 f"{t['steps'] or 'pending'} | {t['train_minutes'] or 'pending'} |")
+                 f"{t['steps'] or 'pending'} | {fmt(t, 'dev_ppl_last_fall_pct')} | "
+                 f"{t['train_minutes'] or 'pending'} |")
   counts = direction_counts(table)
   lines += ["", "Figures are means over a row's seeds, with max - min in parentheses. A row "
             "is within noise when its difference from base is no larger than base's seed "
-            "spread. \"as run\" is the row's model against base's, as trained here."]
+            "spread. \"as run\" is the row's model against base's, as trained here. \"last "
+            "PPL fall\" is how much dev perplexity fell over the last eval interval: a row "
+            "still falling faster than base is further from convergence (see "
+            f"{sweep}_dev_curves.png)."]
   for key, label in (("dev_ppl", "dev PPL"), ("dev_tokenized_bleu", "dev BLEU (tokenized)")):
     c = counts[key]
     outside = c.get("agrees", 0) + c.get("opposes", 0)

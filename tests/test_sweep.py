@@ -116,7 +116,7 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
 
   total = max(stopped_at) + 8
   args += set_flags({**MINI, **every, "train.steps": total,
-                     "train.checkpoint_every_steps": total, "train.eval_every_steps": total})
+                     "train.checkpoint_every_steps": total, "train.eval_every_steps": 4})
   r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
   assert r.stdout.count("resuming from checkpoint") == 2
@@ -129,6 +129,13 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
            if "dev_ppl" in l][-1] for d in first]
   assert float(base["dev_ppl"]) == round(sum(ppls) / 2, 2)
   assert float(base["dev_ppl_spread"]) == round(max(ppls) - min(ppls), 2) > 0
+  falls = []  # the fall of dev PPL over each seed's last eval interval, in percent
+  for d in first:
+    curve = {r["step"]: r["dev_ppl"] for r in map(json.loads, (d / "metrics.jsonl").open())
+             if "dev_ppl" in r}
+    *_, before, last = [curve[s] for s in sorted(curve)]
+    falls.append(100 * (before - last) / before)
+  assert float(base["dev_ppl_last_fall_pct"]) == round(sum(falls) / 2, 2)
   assert n2["dev_ppl_vs_base"] in ("agrees", "opposes", "within noise")
   assert n2["as_run"] == "N=2" and base["as_run"] == ""  # the model each row trained
   md = (tmp_path / "table3.md").read_text()
