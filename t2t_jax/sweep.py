@@ -275,7 +275,7 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
   png_path = os.path.join(workdir, f"{sweep}.png")
   _chart(table, png_path)
   curves_path = os.path.join(workdir, f"{sweep}_dev_curves.png")
-  _dev_curves(workdir, table, curves_path)
+  _dev_curves(workdir, table, runs, curves_path)
   return [md_path, csv_path, png_path, curves_path]
 
 
@@ -316,29 +316,51 @@ def _chart(table: list[dict], path: str) -> None:
   plt.close(fig)
 
 
-def _dev_curves(workdir: str, table: list[dict], path: str) -> None:
-  """Dev perplexity against step of every row's first seed, base in black: where a row
-  differs from the paper, its curve against base's shows whether it is still moving."""
+def _dev_curve(workdir: str, run: Run) -> dict[int, float]:
+  """Step -> dev PPL of one run (a resumed run may log a step again: the last wins)."""
+  from t2t_jax import plot
+  return {r["step"]: r["dev_ppl"]
+          for r in plot.read_metrics(os.path.join(workdir, run.name), missing_ok=True)
+          if "dev_ppl" in r}
+
+
+def _dev_curves(workdir: str, table: list[dict], runs: list[Run], path: str) -> None:
+  """One panel per row: its dev perplexity against step, relative to base's mean over its
+  seeds at the same step, with base's seed band shaded. Where a row differs from the paper,
+  its panel shows whether the gap is settled or still moving when training stops."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  from t2t_jax import plot
-  fig, ax = plt.subplots(figsize=(9, 6))
-  for t in table:
-    rows = [r for r in plot.read_metrics(os.path.join(workdir, t["experiment"]), missing_ok=True)
-            if "dev_ppl" in r]
-    if rows:
-      is_base = t["experiment"].endswith("_base")
-      ax.plot([r["step"] for r in rows], [r["dev_ppl"] for r in rows],
-              color="black" if is_base else None, linewidth=2.5 if is_base else 1.0,
-              label=t["experiment"].replace("table3_", ""))
-  ax.set_xlabel("step")
-  ax.set_ylabel("dev perplexity")
-  ax.set_yscale("log")
-  if ax.lines:  # none before the first eval
-    ax.legend(fontsize=7, ncol=2)
+  base = next((t["experiment"] for t in table if t["experiment"].endswith("_base")), None)
+  base_curves = [c for c in (_dev_curve(workdir, r) for r in runs if r.row == base) if c]
+  steps = sorted(set.intersection(*(set(c) for c in base_curves))) if base_curves else []
+  mean = {s: statistics.mean(c[s] for c in base_curves) for s in steps}
+  others = [t["experiment"] for t in table if t["experiment"] != base]
+  cols = 5
+  n_rows = max(1, -(-len(others) // cols))
+  fig, axes = plt.subplots(n_rows, cols, figsize=(3.2 * cols, 2.4 * n_rows), sharex=True,
+                           sharey=True, squeeze=False)
+  for ax, row in zip(axes.flat, others):
+    ax.set_title(row.replace("table3_", ""), fontsize=9)
+    ax.axhline(0, color="black", linewidth=0.8)
+    if len(base_curves) > 1:
+      ax.fill_between(steps, [100 * (min(c[s] for c in base_curves) / mean[s] - 1) for s in steps],
+                      [100 * (max(c[s] for c in base_curves) / mean[s] - 1) for s in steps],
+                      color="gray", alpha=0.3, linewidth=0)
+    for run in (r for r in runs if r.row == row):
+      curve = _dev_curve(workdir, run)
+      shared = [s for s in steps if s in curve]
+      ax.plot(shared, [100 * (curve[s] / mean[s] - 1) for s in shared], marker=".")
+  for ax in axes.flat[len(others):]:
+    ax.set_visible(False)
+  for ax in axes[:, 0]:
+    ax.set_ylabel("dev PPL vs base (%)", fontsize=8)
+  for ax in axes[-1, :]:
+    ax.set_xlabel("step", fontsize=8)
+  fig.suptitle(f"dev perplexity against base's mean at each step; grey: base's "
+               f"{len(base_curves)} seeds (max - min); below 0 is better", fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  fig.savefig(path, dpi=90)
   plt.close(fig)
 
 
