@@ -28,7 +28,7 @@ from typing import Any
 from absl import app, flags, logging
 
 from t2t_jax import backend, ensemble, registry
-from t2t_jax.config import SweepRow, parse_set_flags
+from t2t_jax.config import SweepRow, override, parse_set_flags, validate
 from t2t_jax.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -479,6 +479,20 @@ def main(argv: list[str]) -> None:
     sys.exit(2)
 
 
+def _check_commands(commands: dict[Run, list[str]]) -> None:
+  """Builds each run's config as its command will, so a bad --set or --dataset is one error
+  now, not a failure per row once the sweep runs."""
+  from t2t_jax import data_sources
+  for run, cmd in commands.items():
+    items = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--set"]
+    cfg = override(registry.get(run.row), parse_set_flags(items))
+    dataset = next((arg.split("=", 1)[1] for arg in cmd if arg.startswith("--dataset=")), None)
+    if dataset:
+      cfg = override(cfg, {"data.dataset": dataset})
+    validate(cfg)
+    data_sources.parse_spec(cfg.data.dataset)
+
+
 def _main() -> None:
   if not FLAGS.workdir:
     raise UserError("--workdir is required")
@@ -514,6 +528,7 @@ def _main() -> None:
   runs = sweep_runs(list(rows), FLAGS.seeds, seeds_for)
   commands = {run: row_command(run, workdir, sets, FLAGS.dataset, dict(rows[run.row].sets),
                                scales) for run in runs}
+  _check_commands(commands)
   if FLAGS.print_commands:
     for cmd in commands.values():
       print(" ".join(shlex.quote(c) for c in ["python"] + cmd[1:]))

@@ -58,6 +58,16 @@ def test_width_and_depth_scale_keep_each_rows_ratio_to_base(tmp_path):
     assert r.returncode == 2 and "excludes --set" in r.stderr
 
 
+def test_a_bad_set_or_dataset_is_one_error_before_any_row_runs(tmp_path):
+  for bad, message in ((["--set", "model.bogus=1"], "unknown config key 'model.bogus'"),
+                       (["--set", "train.steps=-3"], "train.steps: must be positive"),
+                       ([f"--dataset=folder:{tmp_path / 'none'}:en-de"], "folder not found")):
+    r = _sweep(tmp_path / "sweep", *bad)
+    assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1
+  assert not (tmp_path / "sweep").exists()
+
+
 def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
   r = _sweep(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
