@@ -479,6 +479,18 @@ def main(argv: list[str]) -> None:
     sys.exit(2)
 
 
+def _seeds_on_disk(workdir: str, runs: list[Run]) -> list[Run]:
+  """Seed runs in `workdir` beyond the planned ones (a --report_only without the --seeds the
+  sweep ran with), so the report never silently leaves a trained seed out."""
+  planned, rows = set(runs), {run.row for run in runs}
+  found = []
+  for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
+    row, sep, seed = name.rpartition("_seed")
+    if sep and row in rows and seed.isdigit() and Run(row, int(seed)) not in planned:
+      found.append(Run(row, int(seed)))
+  return found
+
+
 def _check_commands(commands: dict[Run, list[str]]) -> None:
   """Builds each run's config as its command will, so a bad --set or --dataset is one error
   now, not a failure per row once the sweep runs."""
@@ -539,7 +551,7 @@ def _main() -> None:
       _run_side_by_side(commands, workdir, FLAGS.parallel)
     else:
       _run_one_by_one(commands, workdir)
-  for path in write_report(workdir, FLAGS.sweep, rows, runs):
+  for path in write_report(workdir, FLAGS.sweep, rows, runs + _seeds_on_disk(workdir, runs)):
     print(f"wrote {path}")
 
 

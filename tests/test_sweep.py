@@ -151,3 +151,9 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   md = (tmp_path / "table3.md").read_text()
   assert "rows outside the noise move in the paper's direction" in md
   assert (tmp_path / "table3_dev_curves.png").stat().st_size > 0
+  # A later --report_only without --seeds still counts the seeds on disk.
+  r = subprocess.run(args[:5] + ["--report_only"], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  with open(tmp_path / "table3.csv") as f:
+    assert {row["experiment"]: row for row in csv.DictReader(f)}["table3_base"]["seeds"] == "2"
