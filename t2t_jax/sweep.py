@@ -102,6 +102,16 @@ def row_command(run: Run, workdir: str, sets: dict[str, str], dataset: str | Non
   return ensemble.train_command(row, os.path.join(workdir, run.name), dataset, items)
 
 
+def _dev_curve(metrics: list[dict]) -> dict[int, float]:
+  """Step -> dev PPL of one run (a resumed run may log a step again: the last wins)."""
+  return {r["step"]: r["dev_ppl"] for r in metrics if "dev_ppl" in r}
+
+
+def _run_dev_curve(workdir: str, run: Run) -> dict[int, float]:
+  from t2t_jax import plot
+  return _dev_curve(plot.read_metrics(os.path.join(workdir, run.name), missing_ok=True))
+
+
 def row_result(row_dir: str) -> dict[str, Any] | None:
   """Dev PPL, dev BLEU and parameter count of a finished row, else None."""
   info_path = os.path.join(row_dir, "experiment.json")
@@ -115,13 +125,10 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
     return None
   with open(eval_path) as f:
     ev = json.load(f)
-  dev_ppl, elapsed = {}, None  # step -> dev PPL (a resumed run may log a step again)
-  with open(os.path.join(row_dir, "metrics.jsonl")) as f:
-    for line in f:
-      r = json.loads(line)
-      if "dev_ppl" in r:
-        dev_ppl[r["step"]] = r["dev_ppl"]
-      elapsed = r.get("elapsed_sec", elapsed)
+  from t2t_jax import plot
+  metrics = plot.read_metrics(row_dir)
+  elapsed = next((r["elapsed_sec"] for r in reversed(metrics) if "elapsed_sec" in r), None)
+  dev_ppl = _dev_curve(metrics)
   curve = [dev_ppl[step] for step in sorted(dev_ppl)]
   from t2t_jax import model
   from t2t_jax.config import ModelConfig
@@ -316,14 +323,6 @@ def _chart(table: list[dict], path: str) -> None:
   plt.close(fig)
 
 
-def _dev_curve(workdir: str, run: Run) -> dict[int, float]:
-  """Step -> dev PPL of one run (a resumed run may log a step again: the last wins)."""
-  from t2t_jax import plot
-  return {r["step"]: r["dev_ppl"]
-          for r in plot.read_metrics(os.path.join(workdir, run.name), missing_ok=True)
-          if "dev_ppl" in r}
-
-
 def _dev_curves(workdir: str, table: list[dict], runs: list[Run], path: str) -> None:
   """One panel per row: its dev perplexity against step, relative to base's mean over its
   seeds at the same step, with base's seed band shaded. Where a row differs from the paper,
@@ -332,7 +331,7 @@ def _dev_curves(workdir: str, table: list[dict], runs: list[Run], path: str) -> 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   base = next((t["experiment"] for t in table if t["experiment"].endswith("_base")), None)
-  base_curves = [c for c in (_dev_curve(workdir, r) for r in runs if r.row == base) if c]
+  base_curves = [c for c in (_run_dev_curve(workdir, r) for r in runs if r.row == base) if c]
   steps = sorted(set.intersection(*(set(c) for c in base_curves))) if base_curves else []
   mean = {s: statistics.mean(c[s] for c in base_curves) for s in steps}
   others = [t["experiment"] for t in table if t["experiment"] != base]
@@ -348,7 +347,7 @@ def _dev_curves(workdir: str, table: list[dict], runs: list[Run], path: str) -> 
                       [100 * (max(c[s] for c in base_curves) / mean[s] - 1) for s in steps],
                       color="gray", alpha=0.3, linewidth=0)
     for run in (r for r in runs if r.row == row):
-      curve = _dev_curve(workdir, run)
+      curve = _run_dev_curve(workdir, run)
       shared = [s for s in steps if s in curve]
       ax.plot(shared, [100 * (curve[s] / mean[s] - 1) for s in shared], marker=".")
   for ax in axes.flat[len(others):]:
