@@ -63,6 +63,107 @@ def allreduce_as_one_buffer() -> bool:
   return platform() == "cpu"
 
 
+# --- step levers: each "auto" setting resolved per backend ------------------------------
+
+# XLA:CPU's best micro-batch: larger ones leave the caches and run slower per token
+# (experiments/results/trainer_overhead/); also the default where a device reports no memory.
+CPU_MICRO_BATCH_TOKENS = 4096
+# The share of a device's allocatable memory (XLA's `bytes_limit`, itself ~75% of the GPU's
+# memory by default) that the auto micro-batch may fill by its estimate. The estimate
+# (`model.train_bytes_per_token`) is rough, so the rest is the margin for it and for XLA's
+# temporaries.
+MICRO_BATCH_MEMORY_FRACTION = 0.8
+MICRO_BATCH_MULTIPLE = 1024  # auto sizes are rounded down to this many tokens
+
+
+def device_memory_bytes() -> int | None:
+  """Memory XLA may allocate on the first local device, or None where it is not reported."""
+  import jax
+  try:
+    stats = jax.local_devices()[0].memory_stats()
+  except Exception:  # some backends do not implement memory_stats
+    return None
+  return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
+
+
+def micro_batch_tokens(setting: int | str, tokens_per_device: int, bytes_per_token: float,
+                       fixed_bytes: float) -> int:
+  """`train.max_tokens_per_batch` resolved: tokens per device per micro-batch.
+
+  "auto": on CPU, CPU_MICRO_BATCH_TOKENS. On a GPU or TPU, the whole per-device share of
+  the update (`tokens_per_device`) when its estimated training memory fits the device, so
+  the paper's 25k-token update runs as one micro-batch on one 80 GB GPU; else the largest
+  multiple of MICRO_BATCH_MULTIPLE that fits. Large micro-batches keep the GPU's kernels
+  large: the 2026-11-26 H200 check ran base at 271k target tok/s with 4k tokens per
+  micro-batch and 603k with 16k.
+  """
+  if setting != "auto":
+    return int(setting)
+  if platform() == "cpu":
+    return CPU_MICRO_BATCH_TOKENS
+  memory = device_memory_bytes()
+  if memory is None:
+    return CPU_MICRO_BATCH_TOKENS
+  fit = (MICRO_BATCH_MEMORY_FRACTION * memory - fixed_bytes) / bytes_per_token
+  if fit >= tokens_per_device:
+    return int(tokens_per_device)
+  return max(MICRO_BATCH_MULTIPLE, int(fit) // MICRO_BATCH_MULTIPLE * MICRO_BATCH_MULTIPLE)
+
+
+# Tokens per chunk of the chunked output layer and loss on GPU and TPU: a [4096, 37k] float32
+# chunk of logits is 0.6 GB, against 3.7 GB for the whole of a 25k-token micro-batch.
+LOSS_CHUNK_TOKENS = 4096
+
+
+def loss_chunk_tokens(setting: int | str) -> int:
+  """`train.loss_chunk_tokens` resolved: 0 computes the whole [tokens, vocab] logits at once.
+
+  "auto": 0 on CPU, where the cpu_tuned path's hand-written logits gradient is measured
+  (experiments/results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full
+  float32 logits of a large micro-batch cost gigabytes of memory and several passes of
+  memory traffic, against one more logits product in the backward pass (each chunk's
+  logits are recomputed there, not stored).
+  """
+  if setting != "auto":
+    return int(setting)
+  return 0 if platform() == "cpu" else LOSS_CHUNK_TOKENS
+
+
+def attention_implementation(dtype: str) -> str | None:
+  """`jax.nn.dot_product_attention`'s implementation for the fused attention path: cuDNN's
+  fused kernel on a GPU in bf16 (it takes no float32); XLA's own elsewhere."""
+  return "cudnn" if dtype == "bfloat16" and platform() == "gpu" else None
+
+
+# XLA options set on GPU hosts before JAX starts (`apply_xla_flags`), appended to the user's
+# XLA_FLAGS; a flag the user set already is left as the user set it. The latency-hiding
+# scheduler orders the step so that the gradient all-reduce of one layer overlaps the
+# backward pass of the next (JAX's GPU performance guide recommends it for data parallelism);
+# on one GPU it has nothing to overlap. `python -m t2t_jax.bench --what=device_check --levers`
+# measures each candidate against none.
+GPU_XLA_FLAGS = ("--xla_gpu_enable_latency_hiding_scheduler=true",)
+XLA_FLAGS_OFF_ENV = "T2T_JAX_NO_XLA_FLAGS"  # set to 1: add none of them (for A/B measurements)
+
+
+def xla_flags_for(platform_name: str, current: str) -> str:
+  """XLA_FLAGS for a process on `platform_name`: `current` plus the backend's own flags that
+  `current` does not set."""
+  if platform_name != "gpu":
+    return current
+  have = {f.split("=", 1)[0] for f in current.split()}
+  extra = [f for f in GPU_XLA_FLAGS if f.split("=", 1)[0] not in have]
+  return " ".join([current.strip(), *extra]).strip()
+
+
+def apply_xla_flags(environ: dict[str, str] = os.environ) -> None:  # type: ignore[assignment]
+  """Entry points call this before JAX starts: XLA reads XLA_FLAGS once, at start-up."""
+  if environ.get(XLA_FLAGS_OFF_ENV) == "1":
+    return
+  flags = xla_flags_for(host_platform(environ), environ.get("XLA_FLAGS", ""))
+  if flags:
+    environ["XLA_FLAGS"] = flags
+
+
 def _installed_plugins() -> set[str]:
   """Names of the installed JAX accelerator plugins ("cuda", "rocm", "tpu")."""
   found = set()

@@ -23,7 +23,7 @@ from typing import Any
 
 from absl import app, flags
 
-from t2t_jax import hostmem
+from t2t_jax import backend, hostmem
 from t2t_jax.bench_step import bench_train, matmul_peak, median_time, train_flops
 
 FLAGS = flags.FLAGS
@@ -435,4 +435,5 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   hostmem.reexec_with_huge_pages()  # the speed `main` trains at
+  backend.apply_xla_flags()  # the XLA options `main` trains with
   app.run(main)

@@ -28,14 +28,21 @@ def _abstract(tree: Any) -> Any:
 
 
 class Checkpointer:
-  """Keeps the last `keep` training checkpoints of a workdir."""
+  """Keeps the last `keep` training checkpoints of a workdir.
 
-  def __init__(self, workdir: str, keep: int, create: bool = True):
+  `async_save`: `save` returns once the state is handed over, and orbax writes the files in a
+  background thread while training goes on (a big model's checkpoint is 2.6 GB: seconds of
+  writing, during which the devices would otherwise wait). The next save, `wait` and `close`
+  wait for it; a failed background write is raised there.
+  """
+
+  def __init__(self, workdir: str, keep: int, create: bool = True, async_save: bool = False):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
-                                             enable_async_checkpointing=False))
+                                             enable_async_checkpointing=async_save))
+    self.async_save = async_save
 
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -46,7 +53,8 @@ class Checkpointer:
     `on_signal`: written off schedule (a preemption), so averaging leaves it out.
     """
     self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
-    self._manager.wait_until_finished()
+    if on_signal or not self.async_save:
+      self.wait()  # a signal's checkpoint is complete before the process exits
     if on_signal and jax.process_index() == 0:
       path = os.path.join(os.path.dirname(self.directory), SIGNAL_CHECKPOINTS)
       steps = sorted(set(signal_checkpoints(os.path.dirname(self.directory))) | {step})
@@ -131,8 +139,16 @@ class Checkpointer:
           raise _StructureMismatch(first) from None
         raise
 
+  def wait(self) -> None:
+    """Returns when every save is written (raising the error of one that failed)."""
+    self._manager.wait_until_finished()
+
   def close(self) -> None:
-    self._manager.close()
+    """Waits for the saves in flight, then releases the manager."""
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
 
 
 def _transient(error: Exception) -> bool:

@@ -79,7 +79,21 @@ class TrainConfig:
   """Optimiser, schedule and bookkeeping (paper section 5)."""
   steps: int = 100_000
   tokens_per_step: int = 25_000  # per side, per optimiser update, whatever the device count
-  max_tokens_per_batch: int = 4096  # per device per micro-batch; more -> gradient accumulation
+  # Tokens per device per micro-batch; a larger update is accumulated over micro-batches.
+  # "auto" (t2t_jax/backend.py): 4096 on CPU; on a GPU or TPU the whole update when the
+  # device's memory holds it, else the largest size that fits.
+  max_tokens_per_batch: int | Literal["auto"] = "auto"
+  # The output layer and loss over chunks of this many tokens, each chunk's [tokens, vocab]
+  # logits built and dropped in turn (recomputed for the gradient); 0 builds them whole.
+  # "auto": 0 on CPU, 4096 on GPU and TPU (backend.loss_chunk_tokens).
+  loss_chunk_tokens: int | Literal["auto"] = "auto"
+  # Orbax writes checkpoints in a background thread while training goes on; every save is
+  # complete before averaging, evaluation, exit, or the stop that a signal asks for.
+  async_checkpoints: bool = True
+  # "START:END": a jax.profiler trace of optimiser steps START..END (1-based, inclusive) of
+  # this run, written to WORKDIR/profile (open it with TensorBoard's profile plugin, xprof or
+  # Perfetto). Empty: no trace.
+  profile_steps: str = ""
   warmup_steps: int = 4000
   adam_b1: float = 0.9
   adam_b2: float = 0.98
@@ -203,9 +217,15 @@ def _parse_value(key: str, raw: Any, typ: Any) -> Any:
     return raw
   if origin in (typing.Union, types.UnionType):
     args = [a for a in typing.get_args(typ) if a is not type(None)]
-    if raw in (None, "None", "none"):
+    if raw in (None, "None", "none") and len(args) < len(typing.get_args(typ)):
       return None
-    return _parse_value(key, raw, args[0])
+    errors = []
+    for arg in args:  # the first type that takes the value: `int | Literal["auto"]`
+      try:
+        return _parse_value(key, raw, arg)
+      except ConfigError as e:
+        errors.append(str(e).split(": ", 1)[-1])
+    raise ConfigError(f"{key}: {' or '.join(errors)}")
   if typ is bool:
     if isinstance(raw, bool):
       return raw
@@ -297,7 +317,8 @@ def validate(cfg: ExperimentConfig) -> None:
               "model.num_heads": m.num_heads, "model.d_k": m.d_k, "model.d_v": m.d_v,
               "model.max_len": m.max_len, "train.steps": t.steps,
               "train.tokens_per_step": t.tokens_per_step,
-              "train.max_tokens_per_batch": t.max_tokens_per_batch,
+              **({"train.max_tokens_per_batch": t.max_tokens_per_batch}
+                 if t.max_tokens_per_batch != "auto" else {}),
               "train.warmup_steps": t.warmup_steps,
               "train.keep_checkpoints": t.keep_checkpoints,
               "train.sync_every_steps": t.sync_every_steps,
@@ -330,9 +351,28 @@ def validate(cfg: ExperimentConfig) -> None:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")
   if m.d_model % 2:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")
+  if t.loss_chunk_tokens != "auto" and t.loss_chunk_tokens < 0:
+    raise ConfigError(f"train.loss_chunk_tokens: must be >= 0 (0: no chunks) or auto, "
+                      f"got {t.loss_chunk_tokens}")
+  profile_range(t.profile_steps)
   if m.fused_attention and m.attention_dropout:
     raise ConfigError("model.fused_attention: the fused kernel has no attention dropout; "
                       f"set model.attention_dropout=0 (got {m.attention_dropout})")
   if m.fused_attention and m.d_k != m.d_v:
     raise ConfigError(f"model.fused_attention: the fused kernel needs d_k == d_v "
                       f"(got {m.d_k} and {m.d_v})")
+
+
+def profile_range(spec: str) -> tuple[int, int] | None:
+  """`train.profile_steps` "START:END" as (START, END), or None when empty."""
+  if not spec:
+    return None
+  start, sep, end = spec.partition(":")
+  try:
+    first, last = int(start), int(end)
+  except ValueError:
+    first = last = 0
+  if not sep or not 1 <= first <= last:
+    raise ConfigError(f"train.profile_steps: expected START:END with 1 <= START <= END "
+                      f"(e.g. 100:105), got {spec!r}")
+  return first, last

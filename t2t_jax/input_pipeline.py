@@ -59,10 +59,26 @@ def bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.1)
   return bounds
 
 
-def accumulation_steps(cfg: ExperimentConfig, num_devices: int) -> int:
+def micro_batch_tokens(cfg: ExperimentConfig, num_devices: int) -> int:
+  """`train.max_tokens_per_batch` for this backend: "auto" is resolved by
+  `backend.micro_batch_tokens` from the model's estimated memory per token."""
+  setting = cfg.train.max_tokens_per_batch
+  if setting != "auto":
+    return int(setting)
+  from t2t_jax import backend, model
+  full_logits = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens) == 0
+  per_token = model.train_bytes_per_token(cfg.model, cfg.data.max_length, full_logits)
+  # Parameters, their gradient, the accumulated gradient and Adam's two moments, float32.
+  fixed = 5 * 4 * model.count_params(model.abstract_params(cfg.model))
+  return backend.micro_batch_tokens(setting, math.ceil(cfg.train.tokens_per_step / num_devices),
+                                    per_token, fixed)
+
+
+def accumulation_steps(cfg: ExperimentConfig, num_devices: int,
+                       max_tokens: int | None = None) -> int:
   """Micro-batches per device per update so each holds <= max_tokens_per_batch tokens."""
-  return max(1, math.ceil(cfg.train.tokens_per_step /
-                          (num_devices * cfg.train.max_tokens_per_batch)))
+  max_tokens = max_tokens or micro_batch_tokens(cfg, num_devices)
+  return max(1, math.ceil(cfg.train.tokens_per_step / (num_devices * max_tokens)))
 
 
 def _log(message: str) -> None:
@@ -398,7 +414,9 @@ class Dataset:
     self.cfg, self.directory = cfg, directory
     self.num_devices, self.process_index, self.process_count = \
         num_devices, process_index, process_count
-    self.accum_steps = accumulation_steps(cfg, num_devices * process_count)
+    self.micro_batch_tokens = micro_batch_tokens(cfg, num_devices * process_count)
+    self.accum_steps = accumulation_steps(cfg, num_devices * process_count,
+                                          self.micro_batch_tokens)
     self.vocab = Vocabulary(os.path.join(directory, "spm.model"))
     with open(os.path.join(directory, "meta.json")) as f:
       self.meta = json.load(f)
@@ -497,7 +515,7 @@ class Dataset:
     max_len = self.cfg.data.max_length
     lengths = np.minimum(np.maximum(data.src_len, data.tgt_len) + 1, max_len)
     order = np.argsort(lengths, kind="stable")
-    budget = batch_tokens or self.cfg.train.max_tokens_per_batch
+    budget = batch_tokens or self.micro_batch_tokens
     devices = self.num_devices * self.process_count
     i = 0
     while i < len(order):

@@ -276,6 +276,8 @@ def run() -> None:
   from t2t_jax import ensemble
   ensemble.setup_member()  # a member of an ensemble run: its cores, stop if the command dies
   hostmem.reexec_with_huge_pages()
+  from t2t_jax import backend
+  backend.apply_xla_flags()  # before JAX starts: XLA reads its flags once
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   # Compiled steps are cached across runs, so a resumed or repeated run starts fast.

@@ -23,6 +23,7 @@ import functools
 import math
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -139,6 +140,16 @@ def tied_logits(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
   return einsum(cfg, "bld,vd->blv", y, embedding).astype(jnp.float32)
 
 
+def tied_logits_f32(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
+  """`tied_logits` whose product always returns float32 (bf16 inputs in bf16 mode): for the
+  chunked loss, whose log-sum-exp must see float32 logits on every path."""
+  if _cpu_tuned(cfg):
+    return _tied_logits_cpu(y, embedding, cfg)
+  dt = _compute_dtype(cfg)
+  return jnp.einsum("bld,vd->blv", y.astype(dt), embedding.astype(dt),
+                    preferred_element_type=jnp.float32)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _tied_logits_cpu(y: Array, embedding: Array, cfg: ModelConfig) -> Array:
   """`tied_logits` with its gradient written by hand, only for its layout: autodiff asks
@@ -216,15 +227,21 @@ class MultiHeadAttention(nn.Module):
     v = self.value(x_kv).reshape(b, length, cfg.num_heads, cfg.d_v)
     return k, v
 
-  def attend(self, x_q: Array, k: Array, v: Array, bias: Array, train: bool = False) -> Array:
+  def attend(self, x_q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
+             mask: "KeyMask | None" = None) -> Array:
+    """`bias` masks the einsum path; the fused path takes the same mask as `mask` (key
+    lengths and causality), which cuDNN applies inside its kernel without a bias tensor."""
     cfg = self.cfg
     b, lq, _ = x_q.shape
     q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
     q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
     if cfg.fused_attention:
       dt = _compute_dtype(cfg)
-      out = jax.nn.dot_product_attention(q.astype(dt), k.astype(dt), v.astype(dt),
-                                         bias=bias.astype(dt), scale=1.0)
+      kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
+                if mask is not None else dict(bias=bias.astype(dt)))
+      out = jax.nn.dot_product_attention(
+          q.astype(dt), k.astype(dt), v.astype(dt), scale=1.0,
+          implementation=backend.attention_implementation(cfg.dtype), **kwargs)
       return self.out(out.reshape(b, lq, cfg.num_heads * cfg.d_v))
     logits = einsum(cfg, "bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
     weights = jax.nn.softmax(logits, axis=-1)
@@ -233,9 +250,10 @@ class MultiHeadAttention(nn.Module):
     out = einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
 
-  def __call__(self, x_q: Array, x_kv: Array, bias: Array, train: bool = False) -> Array:
+  def __call__(self, x_q: Array, x_kv: Array, bias: Array, train: bool = False,
+               mask: "KeyMask | None" = None) -> Array:
     k, v = self.project_kv(x_kv)
-    return self.attend(x_q, k, v, bias, train)
+    return self.attend(x_q, k, v, bias, train, mask)
 
 
 class FeedForward(nn.Module):
@@ -255,11 +273,12 @@ class EncoderLayer(nn.Module):
   first_row: Array | int = 0
 
   @nn.compact
-  def __call__(self, x: Array, self_bias: Array, train: bool) -> Array:
+  def __call__(self, x: Array, self_bias: Array, train: bool,
+               self_mask: KeyMask | None = None) -> Array:
     row = self.first_row
     drop = lambda y: Dropout(self.cfg.dropout, row)(y, deterministic=not train)
-    x = nn.LayerNorm(name="ln_self_attention")(x + drop(
-        MultiHeadAttention(self.cfg, row, name="self_attention")(x, x, self_bias, train)))
+    x = nn.LayerNorm(name="ln_self_attention")(x + drop(MultiHeadAttention(
+        self.cfg, row, name="self_attention")(x, x, self_bias, train, self_mask)))
     return nn.LayerNorm(name="ln_ffn")(
         x + drop(FeedForward(self.cfg, row, name="ffn")(x, train)))
 
@@ -283,18 +302,19 @@ class DecoderLayer(nn.Module):
     self.ln_ffn = nn.LayerNorm()
     self.dropout = Dropout(self.cfg.dropout, self.first_row)
 
-  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train):
+  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train, cross_mask=None):
     drop = lambda z: self.dropout(z, deterministic=not train)
-    y = self.ln_cross_attention(y + drop(self.cross_attention.attend(y, cross_k, cross_v,
-                                                                     cross_bias, train)))
+    y = self.ln_cross_attention(y + drop(self.cross_attention.attend(
+        y, cross_k, cross_v, cross_bias, train, cross_mask)))
     return self.ln_ffn(y + drop(self.ffn(y, train)))
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
-               train: bool) -> Array:
+               train: bool, self_mask: KeyMask | None = None,
+               cross_mask: KeyMask | None = None) -> Array:
     drop = lambda z: self.dropout(z, deterministic=not train)
-    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias, train)))
+    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias, train, self_mask)))
     cross_k, cross_v = self.cross_attention.project_kv(encoded)
-    return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train)
+    return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train, cross_mask)
 
   def init_cache(self, encoded: Array, max_length: int) -> dict[str, Array]:
     cfg = self.cfg
@@ -305,17 +325,21 @@ class DecoderLayer(nn.Module):
             "self_v": jnp.zeros((b, max_length, cfg.num_heads, cfg.d_v), dt),
             "cross_k": cross_k, "cross_v": cross_v}
 
-  def step(self, y: Array, cache: dict[str, Array], position: Array,
-           cross_bias: Array) -> tuple[Array, dict[str, Array]]:
+  def step(self, y: Array, cache: dict[str, Array], position: Array, cross_bias: Array,
+           cross_mask: KeyMask | None = None) -> tuple[Array, dict[str, Array]]:
     """y [b, 1, d_model] at `position`; returns its output and the updated cache."""
     k, v = self.self_attention.project_kv(y)
     self_k = jax.lax.dynamic_update_slice_in_dim(cache["self_k"], k, position, axis=1)
     self_v = jax.lax.dynamic_update_slice_in_dim(cache["self_v"], v, position, axis=1)
     # Causality: only cached positions <= `position` are visible.
     visible = jnp.arange(self_k.shape[1]) <= position
-    self_bias = jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[None, None, None, :]
-    y = self.ln_self_attention(y + self.self_attention.attend(y, self_k, self_v, self_bias))
-    y = self._cross_and_ffn(y, cache["cross_k"], cache["cross_v"], cross_bias, train=False)
+    self_bias = (None if self.cfg.fused_attention else
+                 jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[None, None, None, :])
+    self_mask = KeyMask(jnp.full((y.shape[0],), position + 1, jnp.int32))
+    y = self.ln_self_attention(y + self.self_attention.attend(y, self_k, self_v, self_bias,
+                                                              mask=self_mask))
+    y = self._cross_and_ffn(y, cache["cross_k"], cache["cross_v"], cross_bias, False,
+                            cross_mask)
     return y, {**cache, "self_k": self_k, "self_v": self_v}
 
 
@@ -335,6 +359,24 @@ class Positions(nn.Module):
                          f"model.max_len={self.cfg.max_len} (learned positions)")
       return x + jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]
     return x + sinusoidal_positions(length, d, offset)[None]
+
+
+@flax.struct.dataclass
+class KeyMask:
+  """Which keys each query sees, as the fused kernel takes it: the first `lengths[b]` keys of
+  row b (our batches are padded on the right), and with `causal` none after the query.
+
+  Lengths are at least 1: a row of padding only (a batch's filler rows) would otherwise
+  have no key at all, a softmax over nothing, where the bias path gives a finite value.
+  """
+  lengths: Array  # int32 [batch]
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+
+def key_mask(tokens: Array, causal: bool = False) -> KeyMask:
+  """The KeyMask of right-padded `tokens` [batch, length] as keys."""
+  lengths = jnp.sum(tokens != PAD_ID, axis=-1).astype(jnp.int32)
+  return KeyMask(jnp.maximum(lengths, 1), causal)
 
 
 def padding_bias(tokens: Array) -> Array:
@@ -384,9 +426,11 @@ class Transformer(nn.Module):
   def encode(self, inputs: Array, train: bool = False) -> Array:
     """[batch, src_len] token ids -> [batch, src_len, d_model]."""
     x = self._embed(inputs, self.encoder_positions, train)
-    bias = padding_bias(inputs)
+    # The fused kernel masks by key lengths (`mask`); the einsum path by an additive bias.
+    bias = None if self.cfg.fused_attention else padding_bias(inputs)
+    mask = key_mask(inputs)
     for layer in self.encoder_layers:
-      x = layer(x, bias, train)
+      x = layer(x, bias, train, mask)
     return x
 
   def decode(self, encoded: Array, inputs: Array, decoder_inputs: Array,
@@ -395,13 +439,21 @@ class Transformer(nn.Module):
 
     `inputs` are the source tokens, used only to mask padded encoder positions.
     """
+    return self.logits(self.decoder_output(encoded, inputs, decoder_inputs, train))
+
+  def decoder_output(self, encoded: Array, inputs: Array, decoder_inputs: Array,
+                     train: bool = False) -> Array:
+    """The last decoder layer's output [batch, tgt_len, d_model], before the logits."""
     y = self._embed(decoder_inputs, self.decoder_positions, train)
     length = decoder_inputs.shape[1]
-    self_bias = causal_bias(length) + padding_bias(decoder_inputs)
-    cross_bias = padding_bias(inputs)
+    self_bias, cross_bias = None, None
+    if not self.cfg.fused_attention:
+      self_bias = causal_bias(length) + padding_bias(decoder_inputs)
+      cross_bias = padding_bias(inputs)
+    self_mask, cross_mask = key_mask(decoder_inputs, causal=True), key_mask(inputs)
     for layer in self.decoder_layers:
-      y = layer(y, encoded, self_bias, cross_bias, train)
-    return self.logits(y)
+      y = layer(y, encoded, self_bias, cross_bias, train, self_mask, cross_mask)
+    return y
 
   def init_cache(self, encoded: Array, max_length: int) -> list[dict[str, Array]]:
     """Per decoder layer: empty self-attention keys/values for `max_length`
@@ -416,10 +468,11 @@ class Transformer(nn.Module):
     """
     y = self.embed(tokens[:, None]) * math.sqrt(self.cfg.d_model)
     y = self.decoder_positions(y, offset=position)
-    cross_bias = padding_bias(inputs)
+    cross_bias = None if self.cfg.fused_attention else padding_bias(inputs)
+    cross_mask = key_mask(inputs)
     new_cache = []
     for layer, layer_cache in zip(self.decoder_layers, cache):
-      y, layer_cache = layer.step(y, layer_cache, position, cross_bias)
+      y, layer_cache = layer.step(y, layer_cache, position, cross_bias, cross_mask)
       new_cache.append(layer_cache)
     return self.logits(y)[:, 0], new_cache
 
@@ -429,12 +482,17 @@ class Transformer(nn.Module):
 
   def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
     """Teacher-forced logits for `targets` (which end in EOS, padded with PAD)."""
+    return self.logits(self.features(inputs, targets, train))
+
+  def features(self, inputs: Array, targets: Array, train: bool = False) -> Array:
+    """Teacher-forced decoder output [batch, tgt_len, d_model] for `targets`: what the
+    pre-softmax projection takes (the chunked loss applies it chunk by chunk)."""
     decoder_inputs = shift_right(targets)
     # Positions past the sentence (target PAD) are masked as keys; without this the
     # shifted-in EOS would look like a real token there.
     decoder_inputs = jnp.where((targets == PAD_ID) & (decoder_inputs != BOS_ID),
                                PAD_ID, decoder_inputs)
-    return self.decode(self.encode(inputs, train), inputs, decoder_inputs, train)
+    return self.decoder_output(self.encode(inputs, train), inputs, decoder_inputs, train)
 
 
 def _init(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -> Any:
@@ -454,6 +512,28 @@ def init_params(cfg: ModelConfig, rng: Array, batch: int = 1, length: int = 8) -
 def abstract_params(cfg: ModelConfig) -> Any:
   """Parameter shapes without allocating or computing anything (fast for big models)."""
   return jax.eval_shape(lambda rng: _init(cfg, rng), jax.random.PRNGKey(0))
+
+
+def train_bytes_per_token(cfg: ModelConfig, length: int, full_logits: bool) -> float:
+  """A generous estimate of the device memory one target token's training costs (its
+  source token with it): the activations autodiff keeps for the backward pass, per layer,
+  plus the float32 logits and their gradient when they are built whole. It sizes the auto
+  micro-batch (backend.micro_batch_tokens); the device check records the peak it measured.
+
+  Per token and layer: float32 residual-stream tensors (sub-layer inputs, LayerNorm
+  outputs), the compute-dtype projections, attention scores over `length` keys per head
+  (none kept by the fused kernel), the FFN's hidden layer, dropout masks; x1.5 for XLA's
+  temporaries.
+  """
+  c = 2 if cfg.dtype == "bfloat16" else 4
+  d, h = cfg.d_model, cfg.num_heads
+  scores = 0 if cfg.fused_attention else h * length * (4 + c)
+  attention = 8 * d + 4 * c * h * max(cfg.d_k, cfg.d_v) + scores
+  ffn = 8 * d + 2 * c * cfg.d_ff
+  encoder = attention + ffn + 3 * d
+  decoder = 2 * attention + ffn + 4 * d
+  logits = 8 * cfg.vocab_size if full_logits else 0
+  return 1.5 * (cfg.num_encoder_layers * encoder + cfg.num_layers * decoder + logits)
 
 
 def count_params(tree: Any) -> int:

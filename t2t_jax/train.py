@@ -14,6 +14,7 @@ of (seed, step), so a checkpoint only needs the train state and its step.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -33,7 +34,7 @@ import numpy as np
 import optax
 
 from t2t_jax import backend, checkpoints, input_pipeline, model, optim, parallel
-from t2t_jax.config import ExperimentConfig
+from t2t_jax.config import ExperimentConfig, ModelConfig, profile_range
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import PAD_ID
 
@@ -68,6 +69,50 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
   weights = (targets != PAD_ID).astype(jnp.float32)
   return (jnp.sum((smoothed - entropy) * weights), -jnp.sum(target_logp * weights),
           jnp.sum(weights))
+
+
+def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Array,
+                      cfg: ModelConfig, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`loss_sums` of the tied logits of `features` [b, l, d], `chunk` tokens at a time.
+
+  The [tokens, vocab] float32 logits (3.7 GB for a 25k-token micro-batch at 37k pieces) are
+  never built whole: a scan over chunks of tokens builds each chunk's logits (bf16 product,
+  float32 result), reduces them to the chunk's loss sums, and drops them. `jax.checkpoint`
+  makes the backward pass recompute a chunk's logits instead of storing them: one more
+  logits product per step, against the logits' memory and their memory traffic.
+  """
+  d = features.shape[-1]
+  y, t = features.reshape(-1, d), targets.reshape(-1)
+  n_chunks = -(-y.shape[0] // chunk)
+  pad = n_chunks * chunk - y.shape[0]  # padded with PAD targets, which weigh nothing
+  y = jnp.pad(y, ((0, pad), (0, 0))).reshape(n_chunks, 1, chunk, d)
+  t = jnp.pad(t, (0, pad), constant_values=PAD_ID).reshape(n_chunks, 1, chunk)
+
+  @jax.checkpoint
+  def one(y_c, t_c):
+    return loss_sums(model.tied_logits_f32(y_c, embedding, cfg), t_c, cfg.label_smoothing)
+
+  def body(carry, xs):
+    return tuple(a + b for a, b in zip(carry, one(*xs))), None
+
+  zero = jnp.float32(0)
+  sums, _ = jax.lax.scan(body, (zero, zero, zero), (y, t))
+  return sums
+
+
+def model_loss_sums(transformer: model.Transformer, params: Any, inputs: jax.Array,
+                    targets: jax.Array, cfg: ExperimentConfig, train: bool = False,
+                    rngs: dict[str, jax.Array] | None = None
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`loss_sums` of the model on a batch, with the output layer whole or in chunks
+  (`train.loss_chunk_tokens`, resolved per backend)."""
+  chunk = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens)
+  if not chunk:
+    logits = transformer.apply({"params": params}, inputs, targets, train=train, rngs=rngs)
+    return loss_sums(logits, targets, cfg.model.label_smoothing)
+  features = transformer.apply({"params": params}, inputs, targets, train=train, rngs=rngs,
+                               method=model.Transformer.features)
+  return chunked_loss_sums(features, params["embed"]["embedding"], targets, cfg.model, chunk)
 
 
 def _smoothed_target(label_smoothing: float, vocab: int) -> tuple[float, float]:
@@ -142,9 +187,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
     transformer = model.Transformer(cfg.model, first_row=(device * accum + index) * rows)
 
     def loss_of(params):
-      logits = transformer.apply({"params": params}, mb["inputs"], mb["targets"], train=True,
-                                 rngs={"dropout": rng})
-      smoothed, nll, tokens = loss_sums(logits, mb["targets"], cfg.model.label_smoothing)
+      smoothed, nll, tokens = model_loss_sums(transformer, params, mb["inputs"], mb["targets"],
+                                              cfg, train=True, rngs={"dropout": rng})
       return smoothed, (nll, tokens)
 
     (smoothed, (nll, tokens)), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
@@ -183,9 +227,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
 def eval_step(params: Any, batch: dict[str, jax.Array], *, cfg: ExperimentConfig,
               axis_name: str = parallel.AXIS) -> dict[str, jax.Array]:
   """Summed smoothed loss, NLL and token count over a [batch, length] share."""
-  logits = model.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
-                                              batch["targets"])
-  smoothed, nll, tokens = loss_sums(logits, batch["targets"], cfg.model.label_smoothing)
+  smoothed, nll, tokens = model_loss_sums(model.Transformer(cfg.model), params,
+                                          batch["inputs"], batch["targets"], cfg)
   return jax.lax.psum({"loss": smoothed, "nll": nll, "tokens": tokens}, axis_name)
 
 
@@ -323,6 +366,49 @@ def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
           file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _checkpoint_errors(ckpt: checkpoints.Checkpointer, step: int):
+  """A checkpoint write that fails (now, or in the background) as a one-line error."""
+  try:
+    yield
+  except OSError as e:
+    good = [s for s in ckpt.steps() if s != step]
+    raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: "
+                    f"{e.strerror or e}; the newest complete checkpoint is "
+                    f"{good[-1] if good else 'none'}") from None
+
+
+class Profiler:
+  """`train.profile_steps=START:END`: a jax.profiler trace of those optimiser steps, in
+  WORKDIR/profile. It starts before step START is dispatched and stops once step END has run
+  on the devices, so the trace holds whole steps with the host work between them."""
+
+  def __init__(self, spec: str, workdir: str, start_step: int):
+    self.range = profile_range(spec)
+    self.directory = os.path.join(workdir, "profile")
+    self.active = False
+    if self.range and self.range[1] <= start_step:
+      print(f"note: train.profile_steps={spec} are before the resumed step {start_step}; "
+            f"no trace", flush=True)
+      self.range = None
+
+  def before(self, step: int) -> None:
+    if self.range and step == max(self.range[0], 1) and not self.active:
+      jax.profiler.start_trace(self.directory)
+      self.active = True
+
+  def after(self, step: int, state: Any) -> None:
+    if self.active and step >= self.range[1]:
+      self.stop(state)
+
+  def stop(self, state: Any) -> None:
+    jax.block_until_ready(state)
+    jax.profiler.stop_trace()
+    self.active = False
+    print(f"profile of steps {self.range[0]}..{self.range[1]} written to {self.directory}",
+          flush=True)
+
+
 class StopRequest:
   """SIGTERM/SIGINT become a request to stop after the current step (preemption notices).
 
@@ -427,7 +513,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   optimizer = optim.make_optimizer(cfg)
   state = init_state(cfg, optimizer)
   n_params = model.count_params(state.params)
-  ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints)
+  ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
+                                  async_save=t.async_checkpoints)
   restored = ckpt.restore_latest(state)
   start_step = 0
   if restored is not None:
@@ -466,17 +553,14 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
-    try:
+    with _checkpoint_errors(ckpt, step):
       path = ckpt.save(step, host, on_signal=on_signal)
-    except OSError as e:
-      good = [s for s in ckpt.steps() if s != step]
-      raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: "
-                      f"{e.strerror or e}; the newest complete checkpoint is "
-                      f"{good[-1] if good else 'none'}") from None
     last_ckpt_step, last_ckpt_time = step, time.time()
-    print(f"saved checkpoint {path}", flush=True)
+    print(f"{'saving' if ckpt.async_save and not on_signal else 'saved'} checkpoint {path}",
+          flush=True)
 
   # Batches for steps start_step + 1, ... (ds.batch counts from 0), made and placed ahead.
+  profiler = Profiler(t.profile_steps, workdir, start_step)
   batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
                                 place=functools.partial(parallel.shard, n_devices=n_dev))
   try:
@@ -493,7 +577,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           # At most two steps in flight: the devices always have the next step queued, and
           # XLA:CPU's simulated devices can deadlock in their collectives with many more.
           jax.block_until_ready(pending[-2]["loss"])
+        profiler.before(step)
         state, metrics = p_train(state, batch, run_key, factor_on_devices)
+        profiler.after(step, state)
         pending.append(metrics)
         # Every process of a multi-process job must take the same steps and checkpoints.
         stop_now = ckpt_due = False
@@ -582,6 +668,10 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           save(done, on_signal=True)
         print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
+    if profiler.active:
+      profiler.stop(state)
+    with _checkpoint_errors(ckpt, last_ckpt_step):
+      ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
   finally:
     batches.close()
     ckpt.close()

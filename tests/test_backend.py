@@ -136,3 +136,56 @@ def test_member_shares_split_the_gpus_and_refuse_a_tpu_host(tmp_path):
 def test_huge_pages_are_only_for_a_cpu_backend():
   assert hostmem.huge_page_env({"JAX_PLATFORMS": "cuda"}) is None
   assert hostmem.huge_page_env({"JAX_PLATFORMS": "tpu"}) is None
+
+
+def test_auto_micro_batch_fills_the_device_and_stays_4096_on_cpu(monkeypatch):
+  """On one 80 GB GPU the paper's 25k-token update of base and big is one micro-batch; on
+  8 GPUs each takes its 1/8; a 16 GB device accumulates; a CPU keeps its measured 4096;
+  a number given by hand wins."""
+  from t2t_jax import input_pipeline
+  base = override(experiments.get("base_ende"), {"model.dtype": "bfloat16"})
+  big = override(experiments.get("big_ende"), {"model.dtype": "bfloat16"})
+  monkeypatch.setattr(backend, "platform", lambda: "gpu")
+  monkeypatch.setattr(backend, "device_memory_bytes", lambda: int(0.75 * 80 * 2 ** 30))
+  for cfg in (base, big):
+    assert input_pipeline.micro_batch_tokens(cfg, 1) == 25_000
+    assert input_pipeline.accumulation_steps(cfg, 1) == 1
+    assert input_pipeline.micro_batch_tokens(cfg, 8) == 3125
+  monkeypatch.setattr(backend, "device_memory_bytes", lambda: int(0.75 * 16 * 2 ** 30))
+  small = input_pipeline.micro_batch_tokens(big, 1)
+  assert small % backend.MICRO_BATCH_MULTIPLE == 0 and 1024 <= small < 25_000
+  assert input_pipeline.accumulation_steps(big, 1) == -(-25_000 // small) > 1
+  assert input_pipeline.micro_batch_tokens(
+      override(base, {"train.max_tokens_per_batch": "2048"}), 1) == 2048
+  monkeypatch.setattr(backend, "platform", lambda: "cpu")
+  assert input_pipeline.micro_batch_tokens(base, 1) == backend.CPU_MICRO_BATCH_TOKENS == 4096
+  assert input_pipeline.accumulation_steps(base, 1) == 7  # the paper's 25k in 4096s
+
+
+def test_levers_resolve_per_backend(monkeypatch):
+  assert backend.loss_chunk_tokens("auto") == 0  # these tests run on CPU
+  assert backend.attention_implementation("bfloat16") is None
+  monkeypatch.setattr(backend, "platform", lambda: "gpu")
+  assert backend.loss_chunk_tokens("auto") == backend.LOSS_CHUNK_TOKENS
+  assert backend.loss_chunk_tokens(0) == 0
+  assert backend.attention_implementation("bfloat16") == "cudnn"
+  assert backend.attention_implementation("float32") is None  # cuDNN takes no float32
+
+
+def test_gpu_xla_flags_are_added_on_gpu_hosts_only_and_never_override_the_user():
+  flag = backend.GPU_XLA_FLAGS[0]
+  name = flag.split("=")[0]
+  assert backend.xla_flags_for("cpu", "--a=1") == "--a=1"
+  assert backend.xla_flags_for("gpu", "--a=1").split() == ["--a=1", *backend.GPU_XLA_FLAGS]
+  mine = f"{name}=false"
+  assert backend.xla_flags_for("gpu", mine).split().count(mine) == 1
+  assert flag not in backend.xla_flags_for("gpu", mine)
+  env = {"JAX_PLATFORMS": "cuda", "XLA_FLAGS": "--a=1"}
+  backend.apply_xla_flags(env)
+  assert flag in env["XLA_FLAGS"]
+  env = {"JAX_PLATFORMS": "cuda", backend.XLA_FLAGS_OFF_ENV: "1"}
+  backend.apply_xla_flags(env)
+  assert "XLA_FLAGS" not in env
+  env = {"JAX_PLATFORMS": "cpu"}
+  backend.apply_xla_flags(env)
+  assert "XLA_FLAGS" not in env

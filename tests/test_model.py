@@ -292,3 +292,69 @@ def test_attention_weights_are_recorded_per_head():
   w = state["intermediates"]["decoder_1"]["cross_attention"]["attention_weights"][0]
   assert w.shape == (1, TINY.num_heads, 4, 5)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+
+
+def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches():
+  """The fused kernel takes padding as key lengths and causality as a flag (no bias tensor):
+  on right-padded batches it computes what the additive bias does, and so does cached
+  decoding, whose self-attention keys are the positions decoded so far."""
+  cfg = dataclasses.replace(TINY, implementation="plain")
+  fused = dataclasses.replace(cfg, fused_attention=True)
+  params = _params(cfg)
+  rng = np.random.default_rng(3)
+  inputs = jnp.asarray(_tokens(rng, 3, 9, cfg.vocab_size, lengths=[9, 4, 6]))
+  targets = jnp.asarray(_tokens(rng, 3, 7, cfg.vocab_size, lengths=[3, 7, 5]))
+  weights = (targets != PAD_ID).astype(jnp.float32)
+
+  def loss_and_logits(c, p):
+    logits = model.Transformer(c).apply({"params": p}, inputs, targets)
+    return jnp.sum(jax.nn.log_softmax(logits)[..., 7] * weights), logits
+  (la, logits_a), ga = jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True)(cfg, params)
+  (lb, logits_b), gb = jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True)(fused, params)
+  np.testing.assert_allclose(logits_b, logits_a, atol=1e-5)
+  np.testing.assert_allclose(lb, la, rtol=1e-5)
+  for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+    np.testing.assert_allclose(y, x, atol=1e-5)
+  # The fused path is given no bias at all: its lengths alone hide the padding.
+  jaxpr = str(jax.make_jaxpr(lambda p: model.Transformer(fused).apply(
+      {"params": p}, inputs, targets))(params))
+  assert "-1000000000.0" not in jaxpr and "-1e+09" not in jaxpr
+
+  from t2t_jax import decode
+  beams = [decode.beam_search(params, inputs, cfg=c, beam_size=2, alpha=0.6,
+                              max_extra_length=4) for c in (cfg, fused)]
+  np.testing.assert_array_equal(beams[0][0], beams[1][0])
+  np.testing.assert_allclose(beams[0][1], beams[1][1], atol=1e-4)
+
+
+def test_a_row_of_padding_only_stays_finite_with_fused_attention():
+  """A batch's filler rows are all PAD: a kernel given zero keys would divide by nothing."""
+  cfg = dataclasses.replace(TINY, implementation="plain", fused_attention=True)
+  inputs = jnp.zeros((2, 5), jnp.int32).at[0, :3].set(jnp.array([5, 6, EOS_ID]))
+  targets = jnp.zeros((2, 4), jnp.int32).at[0, :2].set(jnp.array([7, EOS_ID]))
+  logits = model.Transformer(cfg).apply({"params": _params(cfg)}, inputs, targets)
+  assert np.isfinite(np.asarray(logits)).all()
+
+
+@pytest.mark.parametrize("full_logits", [True, False])
+def test_memory_estimate_per_token_covers_what_xla_allocates(full_logits):
+  """The auto micro-batch trusts `train_bytes_per_token`: it must not fall below what XLA
+  itself plans for a training step's temporaries (here XLA:CPU's plan for a float32 step),
+  nor be so loose that it wastes most of a device."""
+  import experiments as exps
+  from t2t_jax import train
+  from t2t_jax.config import override
+  cfg = dataclasses.replace(TINY, vocab_size=300, d_model=64, d_ff=128, num_heads=4,
+                            d_k=16, d_v=16, dropout=0.1, implementation="plain")
+  ecfg = override(exps.get("demo"), {"train.loss_chunk_tokens": 0 if full_logits else 64})
+  ecfg = dataclasses.replace(ecfg, model=cfg)
+  batch, length = 16, 32
+  tokens = jnp.full((batch, length), 5, jnp.int32)
+
+  def loss(p):
+    return train.model_loss_sums(model.Transformer(cfg), p, tokens, tokens, ecfg, train=True,
+                                 rngs={"dropout": jax.random.PRNGKey(1)})[0]
+  params = _params(cfg)
+  planned = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
+  estimate = model.train_bytes_per_token(cfg, length, full_logits) * batch * length
+  assert planned <= estimate <= 3 * planned

@@ -599,3 +599,93 @@ def test_averaging_leaves_out_checkpoints_written_on_a_signal(tmp_path):
   params, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
   assert label.startswith("average of checkpoints 10..30 (3)")
   assert all(np.allclose(x, 20.0) for x in jax.tree_util.tree_leaves(params))
+
+
+def _padded_batch(rng, vocab, batch=8, length=10):
+  inputs = rng.integers(4, vocab, (batch, length + 2)).astype(np.int32)
+  targets = rng.integers(4, vocab, (batch, length)).astype(np.int32)
+  targets[1, 4:] = PAD_ID
+  targets[2, 7:] = PAD_ID
+  inputs[1, 5:] = PAD_ID
+  inputs[-1], targets[-1] = PAD_ID, PAD_ID  # a filler row
+  return jnp.asarray(inputs), jnp.asarray(targets)
+
+
+@pytest.mark.parametrize("implementation, dtype, chunk", [
+    ("plain", "float32", 7), ("plain", "float32", 1000), ("cpu_tuned", "float32", 16),
+    ("cpu_tuned", "bfloat16", 16)])
+def test_chunked_output_layer_and_loss_equal_the_whole_logits(implementation, dtype, chunk):
+  """Chunks that do not divide the tokens, one chunk larger than all of them, both model
+  paths: the same loss sums and the same gradient as building the [tokens, vocab] logits."""
+  import dataclasses
+  from t2t_jax import model
+  m = dataclasses.replace(tiny_cfg().model, vocab_size=300, d_model=32, dropout=0.1,
+                          implementation=implementation, dtype=dtype)
+  params = model.init_params(m, jax.random.PRNGKey(0))
+  inputs, targets = _padded_batch(np.random.default_rng(0), m.vocab_size)
+
+  def sums(chunk_tokens):
+    cfg = dataclasses.replace(override(tiny_cfg(), {"train.loss_chunk_tokens": chunk_tokens}),
+                              model=m)
+    def f(p):
+      out = train.model_loss_sums(model.Transformer(m), p, inputs, targets, cfg, train=True,
+                                  rngs={"dropout": jax.random.PRNGKey(2)})
+      return out[0], out
+    return jax.jit(jax.value_and_grad(f, has_aux=True))(params)
+  (_, whole), g_whole = sums(0)
+  (_, chunked), g_chunked = sums(chunk)
+  assert float(whole[2]) == float(chunked[2]) == float(jnp.sum(targets != PAD_ID))
+  tol = 1e-5 if dtype == "float32" else 2e-2  # bf16: the whole path rounds logits differently
+  np.testing.assert_allclose(np.array(chunked[:2]), np.array(whole[:2]), rtol=tol)
+  _assert_trees_close(g_chunked, g_whole, atol=tol * 0.1)
+
+
+def test_chunked_loss_never_builds_the_whole_logits():
+  """No array of the chunked step's forward or backward pass holds [tokens, vocab]."""
+  import dataclasses
+  import re
+  from t2t_jax import model
+  m = dataclasses.replace(tiny_cfg().model, vocab_size=300, d_model=32, dropout=0.1,
+                          implementation="plain")
+  params = model.init_params(m, jax.random.PRNGKey(0))
+  inputs, targets = _padded_batch(np.random.default_rng(0), m.vocab_size)  # 80 target tokens
+
+  def largest_vocab_array(chunk_tokens) -> int:
+    cfg = dataclasses.replace(override(tiny_cfg(), {"train.loss_chunk_tokens": chunk_tokens}),
+                              model=m)
+    f = lambda p: train.model_loss_sums(model.Transformer(m), p, inputs, targets, cfg,
+                                        train=True, rngs={"dropout": jax.random.PRNGKey(2)})[0]
+    text = str(jax.make_jaxpr(jax.grad(f))(params))
+    shapes = [tuple(int(d) for d in s.split(",")) for s in re.findall(r"\[([\d,]+)\]", text)]
+    return max(int(np.prod(s)) for s in shapes if s[-1] == m.vocab_size)
+  assert largest_vocab_array(0) == 80 * 300
+  assert largest_vocab_array(16) == 16 * 300
+
+
+def test_async_checkpoints_are_complete_after_close_and_training_resumes_from_them(tmp_path):
+  cfg = tiny_cfg()
+  optimizer = optim.make_optimizer(cfg)
+  state = train.init_state(cfg, optimizer)
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10, async_save=True)
+  for step in (1, 2):
+    ckpt.save(step, state.replace(step=jnp.array(step, jnp.int32)))
+  ckpt.close()
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  restored, step = ckpt.restore_latest(state)
+  ckpt.close()
+  assert step == 2 and int(restored.step) == 2
+  _assert_trees_close(restored.params, state.params, atol=0)
+
+
+def test_profile_steps_write_a_trace_of_those_steps(tmp_path):
+  """`train.profile_steps=2:3` leaves a jax.profiler trace in WORKDIR/profile; a resumed run
+  past those steps traces nothing; a malformed range is refused before any work."""
+  from t2t_jax.config import ConfigError, validate
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 4, "train.final_eval": False,
+                                         "train.profile_steps": "2:3"})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  traces = list((tmp_path / "profile").rglob("*.xplane.pb"))
+  assert len(traces) == 1 and traces[0].stat().st_size > 0
+  for bad in ("3", "3:2", "0:1", "a:b"):
+    with pytest.raises(ConfigError, match="train.profile_steps"):
+      validate(override(cfg, {"train.profile_steps": bad}))
