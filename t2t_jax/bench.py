@@ -28,10 +28,12 @@ from t2t_jax.bench_step import bench_train, matmul_peak, median_time, train_flop
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host",
-                                    "device_check"],
+                                    "device_check", "speed_check"],
                   "What to measure (`profile`: where a train step's time goes; `host`: "
                   "what the training loop costs beyond its step; `device_check`: the whole "
-                  "machine, into one JSON file, see t2t_jax/device_check.py).")
+                  "machine, into one JSON file, see t2t_jax/device_check.py; `speed_check`: "
+                  "training and decoding speed beside the PyTorch peers, see "
+                  "t2t_jax/speed_check.py).")
 flags.DEFINE_enum("workload", None, ["small", "base", "big"],
                   "A standard workload (fixed shapes, random tokens). Default: small for "
                   "train, base for decode.")
@@ -52,6 +54,9 @@ flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the f
                      "log window, 100 steps, is warm-up).")
 flags.DEFINE_bool("quick", False, "Device check: tiny models and runs (minutes on a CPU).")
 flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to write.")
+flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
+flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
+                    "repository, else ../shared/peers).")
 flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
 
 # The standard workloads of the performance issue: model overrides and batch shape.
@@ -414,6 +419,10 @@ def main(argv: list[str]) -> None:
   if FLAGS.what == "device_check":  # before this process starts JAX: see device_check.py
     from t2t_jax import device_check
     sys.exit(device_check.run(FLAGS.quick, FLAGS.out))
+  if FLAGS.what == "speed_check":  # this process never starts JAX: see speed_check.py
+    from t2t_jax import speed_check
+    out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
+    sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError

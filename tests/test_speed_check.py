@@ -1,0 +1,56 @@
+"""The GPU speed check's arithmetic: the peak it trusts, the ratios and the 8-GPU projection."""
+
+import pytest
+
+from t2t_jax import speed_check
+
+
+def test_a_peak_far_below_what_this_gpu_kind_reaches_is_suspect_not_divided_by():
+  # The 2026-11-26 H200 check read 603 TFLOP/s; machines like ours reach 769-798.
+  low = speed_check.peak_reading(603e12, "NVIDIA H200")
+  assert low["suspect"] and "603" in low["note"] and low["datasheet"] == 989e12
+  assert low["measured_over_datasheet"] == pytest.approx(0.61, abs=0.01)
+  assert not speed_check.peak_reading(780e12, "NVIDIA H100 80GB HBM3")["suspect"]
+  assert speed_check.device_family("NVIDIA H100 80GB HBM3") == "H100"
+  assert speed_check.peak_reading(1e12, "cpu")["suspect"] is False  # nothing to compare with
+
+
+def _data(quick=False):
+  train = {"target_tokens_per_sec": 900e3, "achieved_flops_per_sec": 4e14, "steps_per_sec": 35}
+  big = {"target_tokens_per_sec": 300e3, "achieved_flops_per_sec": 4.5e14}
+  share = {"steps_per_sec": 200.0, "params": 63_000_000, "batch": 100, "length": 32, "accum": 1}
+  return {"quick": quick,
+          "trainer": {"loop_ms_per_step": 31.0},
+          "jax": {"device": {"kind": "NVIDIA H100 80GB HBM3", "jax": "0.11"},
+                  "matmul_peak": 780e12, "train base {}": train, "train big {}": big,
+                  'train base {"share_of": 8}': share,
+                  'train base {"model.fused_attention": true}': {"target_tokens_per_sec": 990e3},
+                  "bare_step": {"steps_per_sec": 35.0},
+                  "decode": {"sentences_per_sec": 5000.0}},
+          "peers": {"peer train base": {"target_tokens_per_sec": 500e3},
+                    "peer train base compile": {"target_tokens_per_sec": 600e3},
+                    "peer train big": {"error": "exited with 1"},
+                    "peer decode base": {"sentences_per_sec": 2500.0}}}
+
+
+def test_summary_compares_with_the_faster_peer_and_checks_each_target():
+  s = speed_check.summarise(_data())
+  assert s["base_over_peer"] == {"value": 1.5, "target": 1.3, "met": True}  # 900k / 600k
+  assert s["big_over_peer"]["value"] is None and s["big_over_peer"]["met"] is None
+  assert s["big_target_tokens_per_sec"]["met"] is False  # 300k < 320k
+  assert s["loop_over_step"]["value"] == pytest.approx(31.0 / (1e3 / 35), abs=1e-3)
+  assert s["loop_over_step"]["met"] is False  # 31 ms of trainer over a 28.6 ms step: 1.085
+  assert s["decode_over_peer"] == {"value": 2.0, "target": 1.5, "met": True}
+  assert s["levers_over_defaults"] == {'train base {"model.fused_attention": true}': 1.1}
+  assert s["base_measured_peak_fraction"] == round(4e14 / 780e12, 4)
+  assert s["failed"] == {"peer train big": "exited with 1"}
+  assert all(v["met"] is None for k, v in speed_check.summarise(_data(quick=True)).items()
+             if isinstance(v, dict) and "met" in v)
+
+
+def test_eight_gpu_projection_adds_the_ring_allreduce_to_the_share_step():
+  p = speed_check.summarise(_data())["base_8_gpus"]
+  # 5 ms measured; ring all-reduce: 2 * 7/8 * 4 bytes * 63M / 400 GB/s = 1.1025 ms.
+  assert p["projection"] and p["measured_share_step_ms"] == 5.0
+  assert p["allreduce_ms"] == pytest.approx(1.10, abs=0.01)
+  assert p["target_tokens_per_sec"] == round(8 * 3200 / 6.1025e-3)
