@@ -28,8 +28,9 @@ from typing import Any, Callable
 
 from t2t_jax import backend
 
-# The paper's base and big models (Table 3) at the paper's vocabulary, and the trainer's
-# default micro-batch of 4096 tokens per device (train.max_tokens_per_batch).
+# The paper's base and big models (Table 3) at the paper's vocabulary. The device check's
+# training cases run 4096-token micro-batches (the CPU's auto size); the speed check
+# (t2t_jax/speed_check.py) runs the micro-batch the trainer picks on the device.
 BASE = {"model.num_layers": 6, "model.d_model": 512, "model.d_ff": 2048, "model.num_heads": 8,
         "model.d_k": 64, "model.d_v": 64, "model.vocab_size": 37000}
 BIG = {**BASE, "model.d_model": 1024, "model.d_ff": 4096, "model.num_heads": 16}
