@@ -14,7 +14,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 from t2t_jax.errors import UserError
 
@@ -86,8 +86,8 @@ def device_memory_bytes() -> int | None:
   return int(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
 
 
-def micro_batch_tokens(setting: int | str, tokens_per_device: int, bytes_per_token: float,
-                       fixed_bytes: float) -> int:
+def micro_batch_tokens(setting: int | str, tokens_per_device: int,
+                       memory_estimate: Callable[[], tuple[float, float]]) -> int:
   """`train.max_tokens_per_batch` resolved: tokens per device per micro-batch.
 
   "auto": on CPU, CPU_MICRO_BATCH_TOKENS. On a GPU or TPU, the whole per-device share of
@@ -95,7 +95,8 @@ def micro_batch_tokens(setting: int | str, tokens_per_device: int, bytes_per_tok
   the paper's 25k-token update runs as one micro-batch on one 80 GB GPU; else the largest
   multiple of MICRO_BATCH_MULTIPLE that fits. Large micro-batches keep the GPU's kernels
   large: the 2026-11-26 H200 check ran base at 271k target tok/s with 4k tokens per
-  micro-batch and 603k with 16k.
+  micro-batch and 603k with 16k. `memory_estimate()` gives (bytes per token, fixed bytes);
+  it is called only when the device's memory decides.
   """
   if setting != "auto":
     return int(setting)
@@ -104,6 +105,7 @@ def micro_batch_tokens(setting: int | str, tokens_per_device: int, bytes_per_tok
   memory = device_memory_bytes()
   if memory is None:
     return CPU_MICRO_BATCH_TOKENS
+  bytes_per_token, fixed_bytes = memory_estimate()
   fit = (MICRO_BATCH_MEMORY_FRACTION * memory - fixed_bytes) / bytes_per_token
   if fit >= tokens_per_device:
     return int(tokens_per_device)

@@ -66,12 +66,14 @@ def micro_batch_tokens(cfg: ExperimentConfig, num_devices: int) -> int:
   if setting != "auto":
     return int(setting)
   from t2t_jax import backend, model
-  full_logits = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens) == 0
-  per_token = model.train_bytes_per_token(cfg.model, cfg.data.max_length, full_logits)
-  # Parameters, their gradient, the accumulated gradient and Adam's two moments, float32.
-  fixed = 5 * 4 * model.count_params(model.abstract_params(cfg.model))
+
+  def memory_estimate() -> tuple[float, float]:
+    full_logits = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens) == 0
+    per_token = model.train_bytes_per_token(cfg.model, cfg.data.max_length, full_logits)
+    # Parameters, their gradient, the accumulated gradient and Adam's two moments, float32.
+    return per_token, 5 * 4 * model.count_params(model.abstract_params(cfg.model))
   return backend.micro_batch_tokens(setting, math.ceil(cfg.train.tokens_per_step / num_devices),
-                                    per_token, fixed)
+                                    memory_estimate)
 
 
 def accumulation_steps(cfg: ExperimentConfig, num_devices: int,

@@ -522,7 +522,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
   print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
         f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
-        f"step(s), {t.steps:,d} steps, workdir {workdir}", flush=True)
+        f"step(s) of up to {ds.micro_batch_tokens:,d} tokens per device"
+        f"{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} steps, "
+        f"workdir {workdir}", flush=True)
   metrics_log = MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
   p_train, p_eval = make_steps(cfg, optimizer)
   state = parallel.replicate(state, n_dev)
