@@ -55,6 +55,13 @@ class ModelConfig:
     return self.encoder_layers or self.num_layers
 
 
+# ModelConfig fields that change how the model computes but not its parameters or what it
+# computes: a run may resume, decode or fine-tune with other values.
+COMPUTE_FIELDS = ("dtype", "implementation", "fused_attention")
+# ModelConfig fields that only training uses: decoding may differ in them.
+TRAINING_ONLY_FIELDS = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing")
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Where the parallel text comes from and how it is tokenised and bucketed."""
@@ -71,6 +78,10 @@ class DataConfig:
   bucket_min_length: int = 8   # T2T's length buckets: start at 8 ...
   bucket_growth: float = 1.1   # ... and grow by ~10%
   data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
+  # An existing SentencePiece model (a spm.model file, or a workdir holding one) to tokenise
+  # with instead of training a vocabulary on this data. `train.init_from` sets it to the
+  # vocabulary of the run it starts from.
+  vocab_from: str = ""
   shuffle_buffer: int = 0      # 0 = full shuffle of each epoch
 
 
@@ -94,6 +105,11 @@ class TrainConfig:
   # this run, written to WORKDIR/profile (open it with TensorBoard's profile plugin, xprof or
   # Perfetto). Empty: no trace.
   profile_steps: str = ""
+  # A workdir whose parameters (its average, else its newest checkpoint) this run starts from,
+  # with a fresh optimiser and schedule: fine-tuning, on other data or with other dropout,
+  # learning rate or steps. The shapes and the vocabulary must be that run's. A run that
+  # has checkpoints of its own resumes from them instead.
+  init_from: str = ""
   warmup_steps: int = 4000
   adam_b1: float = 0.9
   adam_b2: float = 0.98
@@ -376,3 +392,16 @@ def profile_range(spec: str) -> tuple[int, int] | None:
     raise ConfigError(f"train.profile_steps: expected START:END with 1 <= START <= END "
                       f"(e.g. 100:105), got {spec!r}")
   return first, last
+
+
+def resolve_init_from(cfg: ExperimentConfig) -> ExperimentConfig:
+  """`train.init_from` as an absolute path, and the vocabulary it implies: a fine-tuned run
+  tokenises with the vocabulary of the run it starts from unless `data.vocab_from` says
+  otherwise."""
+  import os
+  t, d = cfg.train, cfg.data
+  if not t.init_from:
+    return cfg
+  source = os.path.abspath(os.path.expanduser(t.init_from))
+  return dataclasses.replace(cfg, train=dataclasses.replace(t, init_from=source),
+                             data=dataclasses.replace(d, vocab_from=d.vocab_from or source))

@@ -106,9 +106,22 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
     base = os.path.basename(source.name.rstrip("/")) or "folder"
     content = data_sources.folder_fingerprint(source, splits, os.path.join(root, FOLDER_HASHES))
     key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-{content}"
-  vocab_key = (f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
-               f"-sample{cfg.data.vocab_sample_sentences}")
+  if cfg.data.vocab_from:
+    vocab_key = f"v{CACHE_VERSION}-from{file_sha256(vocab_file(cfg))[:16]}"
+  else:
+    vocab_key = (f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
+                 f"-sample{cfg.data.vocab_sample_sentences}")
   return os.path.join(root, key, vocab_key), splits
+
+
+def vocab_file(cfg: ExperimentConfig) -> str:
+  """`data.vocab_from` as a SentencePiece model file (a workdir stands for its spm.model)."""
+  path = cfg.data.vocab_from
+  if os.path.isdir(path):
+    path = os.path.join(path, WORKDIR_VOCAB)
+  if not os.path.isfile(path):
+    raise DataError(f"data.vocab_from: no SentencePiece model at {path}")
+  return path
 
 
 def resolve_source(cfg: ExperimentConfig) -> Source:
@@ -227,6 +240,26 @@ def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 5
     len_file.close()
 
 
+def _train_vocabulary(cfg: ExperimentConfig, meta: dict[str, Any], tmp: str, start: float
+                      ) -> tuple[Vocabulary, int]:
+  """A SentencePiece model trained on a seeded sample of the training sentences, in `tmp`."""
+  from t2t_jax import vocab as vocab_lib
+  n_train = meta["splits"][cfg.data.train_split]
+  train_text = [os.path.join(tmp, f"{cfg.data.train_split}.{side}.txt")
+                for side in ("src", "tgt")]
+  sample_path = os.path.join(tmp, "vocab_sample.txt")
+  sampled = vocab_lib.write_sample(train_text, [n_train, n_train],
+                                   cfg.data.vocab_sample_sentences, seed=0,
+                                   out_path=sample_path)
+  _log(f"training a {cfg.data.vocab_type} SentencePiece vocabulary of <= "
+       f"{cfg.model.vocab_size} pieces on {sampled:,d} of the {2 * n_train:,d} training "
+       f"sentences ({time.time() - start:.0f}s so far)")
+  vocab = vocab_lib.train(sample_path, os.path.join(tmp, "spm.model"), cfg.model.vocab_size,
+                          cfg.data.vocab_type)
+  os.remove(sample_path)
+  return vocab, sampled
+
+
 def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[str] | None
              ) -> None:
   """Builds the cache in a temporary directory and renames it into place when complete.
@@ -257,19 +290,12 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
                                              source.tgt_lang, cfg.data.data_dir or None)
       _log(f"reading {split} of {source.name}")
       meta["splits"][split], meta["dropped_empty"][split] = _write_text(pairs, tmp, split)
-    n_train = meta["splits"][cfg.data.train_split]
-    train_text = [os.path.join(tmp, f"{cfg.data.train_split}.{side}.txt")
-                  for side in ("src", "tgt")]
-    sample_path = os.path.join(tmp, "vocab_sample.txt")
-    sampled = vocab_lib.write_sample(train_text, [n_train, n_train],
-                                     cfg.data.vocab_sample_sentences, seed=0,
-                                     out_path=sample_path)
-    _log(f"training a {cfg.data.vocab_type} SentencePiece vocabulary of <= "
-         f"{cfg.model.vocab_size} pieces on {sampled:,d} of the {2 * n_train:,d} training "
-         f"sentences ({time.time() - start:.0f}s so far)")
-    vocab = vocab_lib.train(sample_path, os.path.join(tmp, "spm.model"), cfg.model.vocab_size,
-                            cfg.data.vocab_type)
-    os.remove(sample_path)
+    if cfg.data.vocab_from:
+      _log(f"tokenising with the vocabulary of {cfg.data.vocab_from}")
+      shutil.copyfile(vocab_file(cfg), os.path.join(tmp, "spm.model"))
+      vocab, sampled = vocab_lib.Vocabulary(os.path.join(tmp, "spm.model")), 0
+    else:
+      vocab, sampled = _train_vocabulary(cfg, meta, tmp, start)
     if vocab.size > cfg.model.vocab_size:
       raise DataError(f"vocabulary has {vocab.size} pieces, more than model.vocab_size="
                       f"{cfg.model.vocab_size}")

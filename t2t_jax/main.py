@@ -19,7 +19,7 @@ from absl import app, flags, logging
 from t2t_jax import hostmem
 from t2t_jax.errors import UserError
 from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
-                            parse_set_flags, validate)
+                            parse_set_flags, resolve_init_from, validate)
 
 MODES = ("train", "eval", "translate", "average", "attention", "params")
 
@@ -70,7 +70,7 @@ def load_config(experiment: str | None, sets: list[str], dataset: str | None) ->
   if dataset:
     cfg = override(cfg, {"data.dataset": dataset})
   validate(cfg)
-  return cfg
+  return resolve_init_from(cfg)
 
 
 def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
@@ -138,6 +138,7 @@ def main(argv: list[str]) -> None:
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
   start_distributed()
   from t2t_jax import input_pipeline, train
+  cfg = train.with_recorded_vocabulary(cfg, workdir)
   cfg = input_pipeline.resolve_splits(cfg)
   if FLAGS.splits and FLAGS.mode != "eval":
     raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
@@ -146,7 +147,7 @@ def main(argv: list[str]) -> None:
     if not os.path.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
-    train.check_run_info(cfg, workdir)
+    train.check_run_info(cfg, workdir, training=False)
   if FLAGS.mode == "train" and cfg.ensemble.members > 1:
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":

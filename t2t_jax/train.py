@@ -34,7 +34,8 @@ import numpy as np
 import optax
 
 from t2t_jax import backend, checkpoints, input_pipeline, model, optim, parallel
-from t2t_jax.config import ExperimentConfig, ModelConfig, profile_range
+from t2t_jax.config import (COMPUTE_FIELDS, TRAINING_ONLY_FIELDS, ExperimentConfig, ModelConfig,
+                            profile_range)
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import PAD_ID
 
@@ -308,8 +309,13 @@ def _fmt_time(seconds: float) -> str:
   return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
-  """Refuses a workdir trained with another experiment, model, data or vocabulary."""
+def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True) -> None:
+  """Refuses a workdir trained with another experiment, model shape, data or vocabulary.
+
+  How the model computes (`COMPUTE_FIELDS`: dtype, implementation, fused attention) may
+  differ in any mode; when not `training` (eval, translate, attention), so may what only
+  training uses (`TRAINING_ONLY_FIELDS`: dropout, label smoothing).
+  """
   found = checkpoints.recorded_settings(workdir)
   if found is None:
     return
@@ -317,13 +323,77 @@ def check_run_info(cfg: ExperimentConfig, workdir: str) -> None:
   if experiment != cfg.name:
     raise UserError(f"{workdir} was trained with experiment {experiment!r}, not "
                     f"{cfg.name!r}; use another --workdir")
+  free = {"model": COMPUTE_FIELDS + (() if training else TRAINING_ONLY_FIELDS)}
   for key, old in recorded.items():
     new = dataclasses.asdict(getattr(cfg, key))
-    if old != new:
-      diff = sorted(k for k in new if old.get(k) != new[k])
+    diff = sorted(k for k in new if old.get(k) != new[k] and k not in free.get(key, ()))
+    if diff:
       raise UserError(f"{workdir} was trained with different {key} settings "
                       f"({', '.join(f'{key}.{k}' for k in diff)}) than asked for; "
                       f"use another --workdir")
+
+
+def shape_differences(cfg: ExperimentConfig, workdir: str) -> list[str]:
+  """The `model.*` keys whose values in `cfg` give other parameter shapes than `workdir`'s
+  run had (empty when it has no record)."""
+  found = checkpoints.recorded_settings(workdir)
+  if found is None:
+    return []
+  old, new = found[1]["model"], dataclasses.asdict(cfg.model)
+  ignored = COMPUTE_FIELDS + TRAINING_ONLY_FIELDS
+  return [f"model.{k}" for k in sorted(new) if k not in ignored and old.get(k) != new[k]]
+
+
+def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
+  """`cfg` with the workdir's recorded `data.vocab_from` when the command gives none (a
+  fine-tuned run's later commands need not repeat its `train.init_from`)."""
+  found = checkpoints.recorded_settings(workdir)
+  recorded = found[1]["data"].get("vocab_from", "") if found else ""
+  if recorded and not cfg.data.vocab_from:
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, vocab_from=recorded))
+  return cfg
+
+
+def check_init_from(cfg: ExperimentConfig) -> None:
+  """`train.init_from` names a trained run of the same parameter shapes."""
+  source = cfg.train.init_from
+  if not os.path.isdir(os.path.join(source, "checkpoints")) and not os.path.isdir(
+      checkpoints.averaged_dir(source)):
+    raise UserError(f"train.init_from: {source} holds no checkpoints")
+  differ = shape_differences(cfg, source)
+  if differ:
+    raise UserError(f"train.init_from: {source} has other parameter shapes "
+                    f"({', '.join(differ)}) than this run; fine-tuning keeps the shapes")
+
+
+def check_init_vocabulary(source: str, cache_dir: str) -> None:
+  """The run's token ids must mean the pieces `source` was trained on."""
+  theirs = os.path.join(source, input_pipeline.WORKDIR_VOCAB)
+  if not os.path.exists(theirs):
+    raise UserError(f"train.init_from: {source} has no {input_pipeline.WORKDIR_VOCAB}")
+  ours = os.path.join(cache_dir, "spm.model")
+  if input_pipeline.file_sha256(theirs) != input_pipeline.file_sha256(ours):
+    raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
+                    f"this run's data uses ({ours}); fine-tuning needs the same one: leave "
+                    f"data.vocab_from unset, or set it to {source}")
+
+
+def initial_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation
+                  ) -> TrainState:
+  """A new run's state: fresh parameters, or `train.init_from`'s with a fresh optimiser and
+  step 0 (fine-tuning)."""
+  source = cfg.train.init_from
+  if not source:
+    return init_state(cfg, optimizer)
+  check_init_from(cfg)
+  loaded = checkpoints.load_params_for_inference(source, cfg)
+  if loaded is None:
+    raise UserError(f"train.init_from: {source} has no checkpoint to start from")
+  params, label = loaded
+  params = jax.tree_util.tree_map(jnp.asarray, params)
+  print(f"starting from {source} ({label}) with a fresh optimiser and schedule", flush=True)
+  return TrainState(step=jnp.array(0, jnp.int32), params=params,
+                    opt_state=optimizer.init(params), bad_step=jnp.array(-1, jnp.int32))
 
 
 def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
@@ -497,6 +567,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   and whether training is finished (all steps done, or the time budget spent).
   """
   t = cfg.train
+  if t.init_from:  # before any data preparation: a wrong source is a one-line error at once
+    check_init_from(cfg)
   check_workdir(cfg, workdir)
   if jax.process_index() == 0:
     write_run_info(cfg, workdir)
@@ -520,6 +592,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   if restored is not None:
     state, start_step = restored
     print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
+  elif t.init_from:
+    check_init_vocabulary(t.init_from, ds.directory)
+    state = initial_state(cfg, optimizer)
   print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
         f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
         f"step(s) of up to {ds.micro_batch_tokens:,d} tokens per device"
