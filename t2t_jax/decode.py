@@ -119,7 +119,10 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
     logp = jnp.where(too_short & (token_ids == EOS_ID), NEG_INF, logp)
 
     cand = (s["live_logp"][:, :, None] + logp).reshape(b, k * vocab)
-    top_logp, top_idx = jax.lax.top_k(cand, 2 * k)  # 2k: at most k of them end in EOS
+    # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
+    # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
+    # as a finished hypothesis, and win once the greedy path's log-prob fell below it.
+    top_logp, top_idx = jax.lax.top_k(cand, 2 * k if k > 1 else 1)
     beam_idx, tokens = top_idx // vocab, top_idx % vocab
     seqs = _gather_beams(s["live_seqs"], beam_idx)
     seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)

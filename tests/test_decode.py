@@ -242,3 +242,22 @@ def test_mbr_output_is_the_beam_hypothesis_mbr_selects(params):
   with_mbr = decode.BeamDecoder(params, TINY, DecodeConfig(**greedy, mbr=True), _IdVocab(),
                                max_input_length=8)
   assert with_mbr.translate(sentences) == plain.translate(sentences)
+
+
+def test_beam_size_one_follows_the_argmax_even_past_a_likely_end(params):
+  """A model whose every step puts token 5 first and EOS second: greedy search emits 5 up to
+  the length limit. Keeping the second-best EOS as a finished hypothesis (a 2-candidate beam
+  of 1) would end after one token instead, since every further 5 lowers the path's log-prob."""
+  cfg = TINY
+  u = np.zeros(cfg.d_model, np.float32)
+  u[0] = 1.0
+  table = np.array(params["embed"]["embedding"]) * 0.01
+  table[5], table[EOS_ID] = 3.0 * u, 2.0 * u
+  last = f"decoder_{cfg.num_layers - 1}"
+  fixed = {**params, "embed": {"embedding": jnp.asarray(table)},
+           last: {**params[last], "ln_ffn": {"scale": jnp.zeros(cfg.d_model),
+                                             "bias": jnp.asarray(2.0 * u)}}}
+  src = _sources([3], 5)
+  seqs, _ = decode.beam_search(fixed, src, cfg, beam_size=1, alpha=0.0, max_extra_length=4)
+  assert decode.strip(np.asarray(seqs[0, 0])) == [5] * (3 + 4)
+  assert _greedy(fixed, cfg, src[0], 3 + 4) == [5] * (3 + 4)
