@@ -28,12 +28,13 @@ from t2t_jax.bench_step import bench_train, matmul_peak, median_time, train_flop
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host",
-                                    "device_check", "speed_check"],
+                                    "device_check", "speed_check", "deploy"],
                   "What to measure (`profile`: where a train step's time goes; `host`: "
                   "what the training loop costs beyond its step; `device_check`: the whole "
                   "machine, into one JSON file, see t2t_jax/device_check.py; `speed_check`: "
                   "training and decoding speed beside the PyTorch peers, see "
-                  "t2t_jax/speed_check.py).")
+                  "t2t_jax/speed_check.py; `deploy`: a trained run translating on CPU beside "
+                  "transformers and CTranslate2, see t2t_jax/bench_deploy.py).")
 flags.DEFINE_enum("workload", None, ["small", "base", "big"],
                   "A standard workload (fixed shapes, random tokens). Default: small for "
                   "train, base for decode.")
@@ -57,6 +58,9 @@ flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to 
 flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
 flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
                     "repository, else ../shared/peers).")
+flags.DEFINE_string("workdir", None, "Deploy: the trained run to export and compare.")
+flags.DEFINE_integer("sentences", 500, "Deploy: sentences of the test split to translate.")
+flags.DEFINE_integer("threads", 0, "Deploy: threads for each decoder (0: every core).")
 flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
 
 # The standard workloads of the performance issue: model overrides and batch shape.
@@ -89,6 +93,23 @@ def _experiment(name: str | None, workload: str | None, dtype: str):
     sets.update({"model.dropout": 0.1, "model.label_smoothing": 0.1})
   sets.update(parse_set_flags(FLAGS.set))
   return override(cfg, sets)
+
+
+def run_deploy() -> None:
+  """A trained run translating on CPU beside transformers and CTranslate2 (bench_deploy)."""
+  from t2t_jax import bench_deploy, input_pipeline, registry
+  from t2t_jax.errors import UserError
+  from t2t_jax.config import override, parse_set_flags
+  if not FLAGS.workdir or not FLAGS.experiment:
+    raise UserError("--what=deploy needs --experiment and --workdir of a trained run")
+  cfg = override(registry.get(FLAGS.experiment), parse_set_flags(FLAGS.set))
+  if FLAGS.dataset:
+    cfg = override(cfg, {"data.dataset": FLAGS.dataset})
+  cfg = input_pipeline.resolve_splits(cfg)
+  threads = FLAGS.threads or len(os.sched_getaffinity(0))
+  for record in bench_deploy.run(cfg, os.path.abspath(FLAGS.workdir), cfg.data.test_split,
+                                 FLAGS.sentences, threads):
+    _emit(record)
 
 
 def _device_counts(default_both: bool) -> list[int]:
@@ -435,6 +456,8 @@ def main(argv: list[str]) -> None:
       run_profile(FLAGS.workload)
     elif FLAGS.what == "host":
       run_host()
+    elif FLAGS.what == "deploy":
+      run_deploy()
     else:
       run_input()
   except UserError as e:

@@ -21,7 +21,7 @@ from t2t_jax.errors import UserError
 from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
                             parse_set_flags, resolve_init_from, validate)
 
-MODES = ("train", "eval", "translate", "average", "attention", "params")
+MODES = ("train", "eval", "translate", "average", "attention", "params", "export")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("experiment", None, "Name of a registered experiment, e.g. base_ende.")
@@ -32,7 +32,10 @@ flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment
 flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_model=256 "
                           "(repeatable).")
 flags.DEFINE_string("input", None, "translate: read sentences from this file (default stdin).")
-flags.DEFINE_string("output", None, "translate: write translations here (default stdout).")
+flags.DEFINE_string("output", None, "translate: write translations here (default stdout); "
+                    "export: the folder to write (required).")
+flags.DEFINE_enum("format", "huggingface", ["huggingface"], "export: the format to write "
+                  "(huggingface: a MarianMT folder for transformers and CTranslate2).")
 flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
                     "and test splits); e.g. the dev split alone while tuning decoding.")
 flags.DEFINE_list("ensemble", [], "eval, translate: other workdirs (comma-separated) whose "
@@ -162,6 +165,11 @@ def main(argv: list[str]) -> None:
   elif FLAGS.mode == "translate":
     from t2t_jax import evaluate
     evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
+  elif FLAGS.mode == "export":
+    if not FLAGS.output:
+      raise UsageError("--mode=export needs --output=DIR, the folder to write")
+    from t2t_jax import export
+    print(export.export_huggingface(cfg, workdir, FLAGS.output), flush=True)
   elif FLAGS.mode == "attention":
     from t2t_jax import evaluate
     evaluate.run_attention(cfg, workdir, FLAGS.sentence, FLAGS.layer, FLAGS.output)
