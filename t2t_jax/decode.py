@@ -71,7 +71,11 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
   rep = lambda x: jnp.repeat(x, k, axis=0)
   inputs_rep = rep(inputs)
   encoded_rep = [rep(apply(inputs, method=model.Transformer.encode)) for apply in applies]
-  cache = [apply(enc, positions + 1, method=model.Transformer.init_cache) if cached else {}
+  # The self-attention caches start short and double when the search outgrows them
+  # (`cache_phases`): each step reads and reorders the whole cache, so sizing it for the
+  # longest possible output made short sentences pay for positions they never reach.
+  phases = cache_phases(positions + 1) if cached else [positions + 1]
+  cache = [apply(enc, phases[0], method=model.Transformer.init_cache) if cached else {}
            for apply, enc in zip(applies, encoded_rep)]
 
   live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1))
@@ -86,8 +90,8 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
       "cache": cache,
   }
 
-  def cond(s):
-    return (s["i"] <= positions) & ~jnp.all(s["done"])
+  def cond(s, end):
+    return (s["i"] < end) & ~jnp.all(s["done"])
 
   def body(s):
     i = s["i"]
@@ -140,7 +144,11 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
     live_seqs = _gather_beams(seqs, live_idx)
     source_beam = _gather_beams(beam_idx, live_idx)
     flat = (jnp.arange(b)[:, None] * k + source_beam).reshape(-1)
-    cache = jax.tree_util.tree_map(lambda c: c[flat], cache)
+    # Each sentence's cross-attention keys and values are the same in all its beams, so
+    # only the self-attention caches follow the surviving hypotheses.
+    if cached:
+      cache = [[{**c, "self_k": c["self_k"][flat], "self_v": c["self_v"][flat]}
+                for c in member_cache] for member_cache in cache]
 
     # A live hypothesis scores at best its current log-prob under the largest penalty.
     best_live = live_logp[:, 0] / length_penalty(max_len + 1.0, alpha)
@@ -149,11 +157,28 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
             "last": _gather_beams(tokens, live_idx), "fin_seqs": fin_seqs,
             "fin_scores": fin_scores, "done": done, "cache": cache}
 
-  state = jax.lax.while_loop(cond, body, state)
+  for n, size in enumerate(phases):
+    if n:  # the search goes on past the cache: make it `size` positions long
+      grow = lambda c: jnp.pad(c, ((0, 0), (0, size - c.shape[1]), (0, 0), (0, 0)))
+      state["cache"] = [[{**c, "self_k": grow(c["self_k"]), "self_v": grow(c["self_v"])}
+                         for c in member] for member in state["cache"]]
+    state = jax.lax.while_loop(functools.partial(cond, end=size), body, state)
   seqs = state["fin_seqs"]
   # Everything after the first EOS is PAD.
   after_eos = jnp.cumsum(jnp.cumsum(seqs == EOS_ID, axis=-1), axis=-1) > 1
   return jnp.where(after_eos, PAD_ID, seqs), state["fin_scores"]
+
+
+# The first self-attention cache length of cached beam search; each later one doubles it.
+FIRST_CACHE_POSITIONS = 16
+
+
+def cache_phases(total: int) -> list[int]:
+  """Cache lengths 16, 32, 64, ... ending at `total` (the positions a search may decode)."""
+  sizes = [min(FIRST_CACHE_POSITIONS, total)]
+  while sizes[-1] < total:
+    sizes.append(min(2 * sizes[-1], total))
+  return sizes
 
 
 def strip(ids: Sequence[int]) -> list[int]:

@@ -261,3 +261,17 @@ def test_beam_size_one_follows_the_argmax_even_past_a_likely_end(params):
   seqs, _ = decode.beam_search(fixed, src, cfg, beam_size=1, alpha=0.0, max_extra_length=4)
   assert decode.strip(np.asarray(seqs[0, 0])) == [5] * (3 + 4)
   assert _greedy(fixed, cfg, src[0], 3 + 4) == [5] * (3 + 4)
+
+
+def test_search_that_outgrows_the_first_caches_equals_the_uncached_search(params):
+  """Hypotheses forced past 16 and 32 tokens (min_length 35) cross two cache doublings; the
+  cached search still finds exactly what the uncached one, which re-runs the whole prefix,
+  finds."""
+  assert decode.cache_phases(47) == [16, 32, 47] and decode.cache_phases(9) == [9]
+  src = _sources([5, 4], 6, seed=4)
+  run = lambda cached: decode.beam_search(params, src, TINY, beam_size=3, alpha=0.6,
+                                          max_extra_length=40, min_length=35, cached=cached)
+  (seqs, scores), (seqs_u, scores_u) = run(True), run(False)
+  assert min(len(decode.strip(np.asarray(s))) for s in seqs[:, 0]) >= 35
+  np.testing.assert_array_equal(seqs, seqs_u)
+  np.testing.assert_allclose(scores, scores_u, atol=1e-4)
