@@ -34,5 +34,9 @@ setup(
         "cuda12": ["jax[cuda12]>=0.4.30"],
         "cuda13": ["jax[cuda13]>=0.7"],
         "tpu": ["jax[tpu]>=0.4.30"],
+        # Export checks and the CPU deployment benchmark: transformers loads the export,
+        # CTranslate2 converts it. On a CPU-only machine install a CPU build of torch first
+        # (pip install torch --index-url https://download.pytorch.org/whl/cpu).
+        "hf": ["transformers>=4.46", "torch>=2.1", "safetensors>=0.4", "ctranslate2>=4.0"],
     },
 )
