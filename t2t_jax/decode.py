@@ -169,6 +169,22 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
   return jnp.where(after_eos, PAD_ID, seqs), state["fin_scores"]
 
 
+def sequence_logprobs(params: Any, inputs: jax.Array, targets: jax.Array,
+                      cfg: ModelConfig | Sequence[ModelConfig]) -> tuple[jax.Array, jax.Array]:
+  """log p(targets | inputs) summed over each row's target tokens (EOS included, PAD not),
+  and the number of those tokens. An ensemble scores each token by the log of its members'
+  mean probability, as its beam search does."""
+  members = [(cfg, params)] if isinstance(cfg, ModelConfig) else list(zip(cfg, params,
+                                                                          strict=True))
+  logps = [jax.nn.log_softmax(model.Transformer(c).apply({"params": p}, inputs, targets)
+                              .astype(jnp.float32)) for c, p in members]
+  logp = logps[0] if len(logps) == 1 else (
+      jax.nn.logsumexp(jnp.stack(logps), axis=0) - jnp.log(len(logps)))
+  token_logp = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  real = targets != PAD_ID
+  return jnp.sum(jnp.where(real, token_logp, 0.0), axis=-1), jnp.sum(real, axis=-1)
+
+
 # The first self-attention cache length of cached beam search; each later one doubles it.
 FIRST_CACHE_POSITIONS = 16
 
@@ -217,6 +233,10 @@ class BeamDecoder:
                           max_extra_length=decode_cfg.max_extra_length,
                           min_length=decode_cfg.min_length),
         axis_name=parallel.AXIS, devices=self.devices)
+    self._score = jax.pmap(functools.partial(
+        sequence_logprobs,
+        cfg=model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)),
+        axis_name=parallel.AXIS, devices=self.devices)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0
@@ -260,6 +280,31 @@ class BeamDecoder:
       for row, j in enumerate(chunk):
         results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
                       for hyp, score in zip(seqs[row], scores[row])]
+      start += len(chunk)
+    return results
+
+  def score_ids(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, int]]:
+    """EOS-terminated (source, target) ids -> (log p(target | source), target tokens), in
+    input order, batched by length over the local devices."""
+    n_dev = len(self.devices)
+    round8 = lambda n: -(-n // 8) * 8
+    order = sorted(range(len(pairs)), key=lambda j: max(map(len, pairs[j])))
+    results: list[tuple[float, int]] = [(0.0, 0)] * len(pairs)
+    start = 0
+    while start < len(order):
+      width = round8(max(map(len, pairs[order[start]])))
+      chunk = order[start:start + max(1, self.tokens_per_batch // width) * n_dev]
+      width = round8(max(max(map(len, pairs[j])) for j in chunk))
+      per_dev = 1 << (-(-len(chunk) // n_dev) - 1).bit_length()
+      src = np.zeros((n_dev * per_dev, width), np.int32)
+      tgt = np.zeros((n_dev * per_dev, width), np.int32)
+      for row, j in enumerate(chunk):
+        src[row, :len(pairs[j][0])], tgt[row, :len(pairs[j][1])] = pairs[j]
+      logp, tokens = self._score(self.params, src.reshape(n_dev, per_dev, width),
+                                 tgt.reshape(n_dev, per_dev, width))
+      logp, tokens = np.asarray(logp).reshape(-1), np.asarray(tokens).reshape(-1)
+      for row, j in enumerate(chunk):
+        results[j] = (float(logp[row]), int(tokens[row]))
       start += len(chunk)
     return results
 

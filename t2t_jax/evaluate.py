@@ -7,11 +7,14 @@ decode with an ensemble of several workdirs' models (`--ensemble`).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
+import math
 import os
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence
 
 from t2t_jax import bleu, input_pipeline, translator
 from t2t_jax.config import ExperimentConfig, evaluation_splits
@@ -86,38 +89,140 @@ def _write_atomic(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
-def read_lines(stream: Any, name: str) -> list[str]:
-  """UTF-8 lines without their newlines; invalid UTF-8 is an error naming the line."""
-  lines = []
+# Lines decoded together from a file or a pipe: enough for full batches on every device,
+# few enough that memory stays bounded whatever the input's length.
+CHUNK_LINES = 1000
+PROGRESS_EVERY_SEC = 10.0
+
+
+def _lines(stream: Any, name: str) -> Iterator[str]:
+  """The input's lines, decoded as UTF-8; a line that is not valid UTF-8 is translated with
+  U+FFFD in place of its bad bytes, with a warning naming it (never an error mid-stream)."""
   for number, raw in enumerate(stream, start=1):
     try:
-      lines.append(raw.decode("utf-8").rstrip("\r\n"))
+      yield raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as e:
-      raise UserError(f"{name} line {number}: invalid UTF-8 ({e.reason} at byte {e.start})") \
-          from None
-  return lines
+      print(f"warning: {name} line {number}: invalid UTF-8 ({e.reason} at byte {e.start}); "
+            f"bad bytes replaced by U+FFFD", file=sys.stderr, flush=True)
+      yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
-                  output_path: str | None, ensemble: Sequence[str] = ()) -> None:
-  """One translation per input line; empty lines stay empty so outputs stay aligned."""
+def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+  while True:
+    chunk = list(itertools.islice(lines, size))
+    if not chunk:
+      return
+    yield chunk
+
+
+@contextlib.contextmanager
+def _input(input_path: str | None):
+  """(binary stream, its name, whether a person is typing into it)."""
   if input_path:
     if not os.path.exists(input_path):
       raise UserError(f"--input file not found: {input_path}")
     with open(input_path, "rb") as f:
-      lines = read_lines(f, input_path)
+      yield f, input_path, False
   else:
-    lines = read_lines(sys.stdin.buffer, "stdin")
-  tr = translator.Translator.from_config(cfg, workdir, ensemble)
-  print(f"translating {len(lines)} line(s) with {tr.label}", file=sys.stderr, flush=True)
-  hyps = tr.translate(lines)
-  text = "".join(h + "\n" for h in hyps)
-  if output_path:
-    _write_atomic(output_path, text)
-  else:
-    out: TextIO = sys.stdout
-    out.write(text)
-    out.flush()
+    yield sys.stdin.buffer, "stdin", sys.stdin.isatty()
+
+
+@contextlib.contextmanager
+def _output(output_path: str | None):
+  """stdout, or a file written under a temporary name and renamed when complete (an
+  interrupted command leaves no partial file). Its folder is checked before any work."""
+  if not output_path:
+    yield sys.stdout
+    sys.stdout.flush()
+    return
+  folder = os.path.dirname(os.path.abspath(output_path))
+  if not os.path.isdir(folder):
+    raise UserError(f"--output: no such folder: {folder}")
+  tmp = f"{output_path}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      yield f
+    os.replace(tmp, output_path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+class _Progress:
+  """A line on stderr every PROGRESS_EVERY_SEC of a long input: lines done, lines/s."""
+
+  def __init__(self, what: str):
+    self.what, self.start, self.last, self.done = what, time.time(), time.time(), 0
+
+  def add(self, n: int) -> None:
+    self.done += n
+    if time.time() - self.last >= PROGRESS_EVERY_SEC:
+      self.last = time.time()
+      rate = self.done / max(self.last - self.start, 1e-9)
+      print(f"{self.what} {self.done:,d} lines ({rate:,.1f} lines/s)", file=sys.stderr,
+            flush=True)
+
+
+def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
+                  output_path: str | None, ensemble: Sequence[str] = (), nbest: int = 0
+                  ) -> None:
+  """One translation per input line, streamed: the model loads first; typed lines are
+  translated as each is entered, a file or a pipe in chunks of CHUNK_LINES (bounded memory,
+  progress on stderr). Empty lines give empty translations, so outputs stay aligned.
+
+  `nbest` > 0: NBEST_FORMAT lines instead (the beam widened to `nbest` if it is narrower).
+  """
+  settings = {"beam_size": max(cfg.decode.beam_size, nbest)} if nbest else {}
+  with _input(input_path) as (stream, name, typing), _output(output_path) as out:
+    tr = translator.Translator.from_config(cfg, workdir, ensemble, **settings)
+    print(f"translating {name} with {tr.label}" +
+          (" (one line at a time: end with Ctrl-D)" if typing else ""), file=sys.stderr,
+          flush=True)
+    progress, index = _Progress("translated"), 0
+    for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
+      if nbest:
+        for hyps in tr.translate_nbest(chunk):
+          for text, score in [h for h in hyps if math.isfinite(h[1])][:nbest] or [("", 0.0)]:
+            out.write(f"{index}\t{score:.6f}\t{text}\n")
+          index += 1
+      else:
+        out.write("".join(h + "\n" for h in tr.translate(chunk)))
+      out.flush()
+      progress.add(len(chunk))
+
+
+# `--nbest=K`: K lines per input line, best first: its 0-based index, the score the search
+# ranked it by (log p / GNMT length penalty), the translation, separated by tabs.
+NBEST_FORMAT = "INDEX\tSCORE\tTRANSLATION"
+
+
+def run_score(cfg: ExperimentConfig, workdir: str, input_path: str | None,
+              output_path: str | None, ensemble: Sequence[str] = ()) -> None:
+  """`--mode=score`: reads `SOURCE<TAB>TARGET` lines and writes `SUM<TAB>PER_TOKEN` per line:
+  log p(target | source) under the model (an ensemble: its mean probability), summed over
+  the target's tokens with its EOS, and divided by their number. An empty line gives an empty
+  line; a line without a tab is a one-line error naming it."""
+  with _input(input_path) as (stream, name, typing), _output(output_path) as out:
+    tr = translator.Translator.from_config(cfg, workdir, ensemble)
+    print(f"scoring {name} with {tr.label}", file=sys.stderr, flush=True)
+    progress, number = _Progress("scored"), 0
+    for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
+      pairs, rows = [], []
+      for line in chunk:
+        number += 1
+        if not line.strip():
+          rows.append(None)
+          continue
+        if "\t" not in line:
+          raise UserError(f"{name} line {number}: expected SOURCE<TAB>TARGET, found no tab")
+        src, tgt = line.split("\t", 1)
+        rows.append(len(pairs))
+        pairs.append((src, tgt))
+      scores = tr.score(pairs) if pairs else []
+      out.write("".join("\n" if r is None else f"{scores[r][0]:.6f}\t{scores[r][1]:.6f}\n"
+                        for r in rows))
+      out.flush()
+      progress.add(len(chunk))
 
 
 def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, layer: int,

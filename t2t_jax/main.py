@@ -21,7 +21,7 @@ from t2t_jax.errors import UserError
 from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
                             parse_set_flags, resolve_init_from, validate)
 
-MODES = ("train", "eval", "translate", "average", "attention", "params", "export")
+MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("experiment", None, "Name of a registered experiment, e.g. base_ende.")
@@ -31,14 +31,18 @@ flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment
                     "(tfds:NAME[:SRC-TGT], folder:PATH or demo).")
 flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_model=256 "
                           "(repeatable).")
-flags.DEFINE_string("input", None, "translate: read sentences from this file (default stdin).")
+flags.DEFINE_string("input", None, "translate, score: read lines from this file (default "
+                    "stdin).")
+flags.DEFINE_integer("nbest", 0, "translate: print this many hypotheses per line, as "
+                     "INDEX<TAB>SCORE<TAB>TRANSLATION lines (0: the best translation only).",
+                     lower_bound=0)
 flags.DEFINE_string("output", None, "translate: write translations here (default stdout); "
                     "export: the folder to write (required).")
 flags.DEFINE_enum("format", "huggingface", ["huggingface"], "export: the format to write "
                   "(huggingface: a MarianMT folder for transformers and CTranslate2).")
 flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
                     "and test splits); e.g. the dev split alone while tuning decoding.")
-flags.DEFINE_list("ensemble", [], "eval, translate: other workdirs (comma-separated) whose "
+flags.DEFINE_list("ensemble", [], "eval, translate, score: other workdirs (comma-separated) whose "
                   "models decode together with --workdir's, averaging their probabilities.")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
@@ -131,8 +135,11 @@ def main(argv: list[str]) -> None:
   if FLAGS.mode == "params":
     run_params(cfg)
     return
-  if FLAGS.ensemble and FLAGS.mode not in ("eval", "translate"):
-    raise UsageError(f"--ensemble is for --mode=eval or translate, not --mode={FLAGS.mode}")
+  if FLAGS.ensemble and FLAGS.mode not in ("eval", "translate", "score"):
+    raise UsageError(f"--ensemble is for --mode=eval, translate or score, not "
+                     f"--mode={FLAGS.mode}")
+  if FLAGS.nbest and FLAGS.mode != "translate":
+    raise UsageError(f"--nbest is for --mode=translate, not --mode={FLAGS.mode}")
   if cfg.ensemble.members > 1 and (FLAGS.distributed or FLAGS.coordinator_address):
     raise UsageError("ensemble.members > 1 trains its members as processes of one host; "
                      "train multi-host members one by one and decode them with --ensemble")
@@ -164,7 +171,11 @@ def main(argv: list[str]) -> None:
     evaluate.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "translate":
     from t2t_jax import evaluate
-    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
+    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble,
+                           nbest=FLAGS.nbest)
+  elif FLAGS.mode == "score":
+    from t2t_jax import evaluate
+    evaluate.run_score(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "export":
     if not FLAGS.output:
       raise UsageError("--mode=export needs --output=DIR, the folder to write")

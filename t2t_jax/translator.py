@@ -125,12 +125,32 @@ class Translator:
       return self._decoder.translate([sentences])[0]
     return self._decoder.translate(list(sentences))
 
-  def translate_nbest(self, sentences: Sequence[str]) -> list[list[tuple[str, float]]]:
+  def translate_nbest(self, sentences: Sequence[str] | str) -> list[list[tuple[str, float]]]:
     """Per sentence, the beam's finished hypotheses with the scores the search ranked them by
-    (log p / length penalty), best first; beam_size of them (slots left empty score -inf)."""
+    (log p / length penalty), best first; beam_size of them (slots left empty score -inf).
+    A single string is one sentence."""
+    if isinstance(sentences, str):
+      sentences = [sentences]
     nonempty = [j for j, s in enumerate(sentences) if s.strip()]
     out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
     nbest = self._decoder.nbest_ids(self._decoder.encode([sentences[j] for j in nonempty]))
     for j, hyps in zip(nonempty, nbest):
       out[j] = [(self._decoder.vocab.decode(ids), score) for ids, score in hyps]
     return out
+
+  def score(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, float]]:
+    """Per (source, target) pair: log p(target | source) summed over the target's tokens
+    (its EOS included) and per token. An empty target scores its EOS alone."""
+    vocab = self._decoder.vocab
+    encoded = [(self._decoder.encode([src])[0] if src.strip() else [decode.EOS_ID],
+                vocab.encode(tgt) + [decode.EOS_ID]) for src, tgt in pairs]
+    limit = self._decoder.max_input_length
+    long = sum(len(t) > limit for _, t in encoded)
+    if long:
+      import sys
+      print(f"warning: {long} target(s) longer than {limit} tokens were truncated (scored "
+            f"up to there)", file=sys.stderr, flush=True)
+    encoded = [(s, t if len(t) <= limit else t[:limit - 1] + [decode.EOS_ID])
+               for s, t in encoded]
+    return [(total, total / max(tokens, 1)) for total, tokens in
+            self._decoder.score_ids(encoded)]

@@ -64,7 +64,7 @@ BAD_INPUT = [
     (["--experiment=demo", "--mode=eval", "--workdir=/nonexistent/w", "--distributed"],
      "multi-process runs are for training"),
     (["--experiment=demo", "--mode=average", "--workdir=/nonexistent/w", "--ensemble=/x"],
-     "--ensemble is for --mode=eval or translate, not --mode=average"),
+     "--ensemble is for --mode=eval, translate or score, not --mode=average"),
 ]
 
 
