@@ -21,6 +21,7 @@ setup(
         "sacremoses>=0.1",
         "absl-py>=2.0",
         "tensorboard>=2.16",
+        "tensorboardX>=2.6",
         "matplotlib>=3.8",
         "tqdm>=4.66",
         "numpy>=1.26",

@@ -705,7 +705,7 @@ def _shifted_demo(cfg, out: Path) -> str:
   return f"folder:{out}:{data_sources.DEMO_SRC}-{data_sources.DEMO_TGT}"
 
 
-def _losses(workdir) -> list[float]:
+def _loss_means(workdir) -> list[float]:
   rows = [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
   return [r["loss_mean"] for r in rows if "loss_mean" in r]
 
@@ -729,7 +729,8 @@ def test_fine_tuning_starts_where_the_old_run_ended_and_learns_the_new_data(tmp_
                      [f"--dataset={shifted}"], capture_output=True, text=True, cwd=REPO)
   assert r.returncode == 0, r.stderr[-2000:]
   assert f"starting from {old} (checkpoint 120) with a fresh optimiser" in r.stdout
-  old_end, fresh_start, tuned_losses = _losses(old)[-1], _losses(fresh)[0], _losses(tuned)
+  old_end, fresh_start, tuned_losses = (_loss_means(old)[-1], _loss_means(fresh)[0],
+                                        _loss_means(tuned))
   # The reversed targets are new to the old model, so it starts above its own last loss, but
   # from what it learnt (measured: 3.13, 3.34 and 4.18 over the first 20 steps), then learns.
   assert old_end < tuned_losses[0] < fresh_start - 0.5
@@ -779,3 +780,29 @@ def test_how_the_model_computes_may_change_but_not_its_shape_or_training(tmp_pat
     train.check_run_info(dropout, str(tmp_path))
   with pytest.raises(UserError, match="model.num_heads"):
     train.check_run_info(override(cfg, {"model.num_heads": 4}), str(tmp_path), training=False)
+
+
+def test_dev_bleu_and_samples_are_logged_while_training(tmp_path):
+  """`train.bleu_every_steps`: the log's dev BLEU is sacreBLEU of what the model at that step
+  translates (checked against the saved checkpoint's own translations), with three samples as
+  TensorBoard text."""
+  from t2t_jax import bleu, input_pipeline
+  from t2t_jax.translator import Translator
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 20, "train.bleu_every_steps": 10, "train.bleu_sentences": 12,
+      "train.checkpoint_every_steps": 10, "train.log_every_steps": 5,
+      "train.final_eval": False})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  logged = {r["step"]: r for r in rows if "dev_bleu" in r}
+  assert sorted(logged) == [10, 20]
+  assert logged[20]["dev_samples"].count("reference:") == 3
+  sources, refs = input_pipeline.load(cfg, num_devices=1).raw(cfg.data.dev_split)
+  hyps = Translator.from_workdir(str(tmp_path), beam_size=1).translate(sources[:12])
+  assert logged[20]["dev_bleu"] == pytest.approx(bleu.sacrebleu_score(hyps, refs[:12])[0],
+                                                 abs=0.01)
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+  events.Reload()
+  assert any("dev_samples" in tag for tag in events.Tags()["tensors"])
+  assert [e.step for e in events.Scalars("dev_bleu")] == [10, 20]
