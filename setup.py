@@ -13,9 +13,6 @@ setup(
         "flax>=0.10",
         "optax>=0.2.3",
         "orbax-checkpoint>=0.6",
-        "tensorflow-cpu>=2.16",
-        "tensorflow-datasets>=4.9.6",
-        "importlib_resources>=6",  # tfds 4.9 imports it without declaring it
         "sentencepiece>=0.2",
         "sacrebleu>=2.4",
         "sacremoses>=0.1",
@@ -23,7 +20,6 @@ setup(
         "tensorboard>=2.16",
         "tensorboardX>=2.6",
         "matplotlib>=3.8",
-        "tqdm>=4.66",
         "numpy>=1.26",
     ],
     # t2t_jax finds named experiments through this entry point (t2t_jax/registry.py).
@@ -38,6 +34,11 @@ setup(
         # Export checks and the CPU deployment benchmark: transformers loads the export,
         # CTranslate2 converts it. On a CPU-only machine install a CPU build of torch first
         # (pip install torch --index-url https://download.pytorch.org/whl/cpu).
-        "hf": ["transformers>=4.46", "torch>=2.1", "safetensors>=0.4", "ctranslate2>=4.0"],
+        "hf": ["transformers>=4.46", "torch>=2.1", "safetensors>=0.4", "ctranslate2>=4.0",
+               "datasets>=2.16"],
+        # The tfds: source (tensorflow-datasets' WMT14 builders). TensorFlow is 1.3 GB, and
+        # nothing else needs it.
+        "tfds": ["tensorflow-cpu>=2.16", "tensorflow-datasets>=4.9.6",
+                 "importlib_resources>=6"],  # tfds 4.9 imports it without declaring it
     },
 )

@@ -13,7 +13,7 @@ import itertools
 import json
 import os
 import random
-from typing import Iterator
+from typing import Any, Iterator
 
 from t2t_jax.errors import UserError
 
@@ -31,23 +31,25 @@ class Source:
 
 
 def parse_spec(spec: str) -> Source:
-  """`tfds:NAME[:SRC-TGT]`, `folder:PATH[:SRC-TGT]` or `demo`."""
+  """`tfds:NAME:SRC-TGT`, `hf:NAME[/CONFIG]:SRC-TGT`, `folder:PATH[:SRC-TGT]` or `demo`."""
   if spec == "demo":
     return Source("demo", "demo", DEMO_SRC, DEMO_TGT)
   kind, _, rest = spec.partition(":")
-  if kind not in ("tfds", "folder") or not rest:
-    raise DataError(f"unknown dataset spec {spec!r}; use tfds:NAME[:SRC-TGT], "
-                    f"folder:PATH[:SRC-TGT] or demo")
+  if kind not in ("tfds", "hf", "folder") or not rest:
+    raise DataError(f"unknown dataset spec {spec!r}; use tfds:NAME:SRC-TGT, "
+                    f"hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT] or demo")
   name, pair = rest, ""
   head, sep, tail = rest.rpartition(":")
   if sep and "-" in tail and "/" not in tail:
     name, pair = head, tail
-  if kind == "tfds":
+  if kind in ("tfds", "hf"):
     if not pair:
-      raise DataError(f"{spec}: name the direction explicitly, e.g. tfds:{name}:en-de "
-                      f"(tfds WMT keys are (xx, en); the paper translates from English)")
+      raise DataError(f"{spec}: name the direction explicitly, e.g. {kind}:{name}:en-de "
+                      f"(WMT's keys are (xx, en); the paper translates from English)")
     src, tgt = pair.split("-", 1)
-    return Source("tfds", name, src, tgt)
+    if kind == "hf" and os.path.isdir(os.path.expanduser(name)):
+      name = os.path.abspath(os.path.expanduser(name))  # a dataset saved with save_to_disk
+    return Source(kind, name, src, tgt)
   path = os.path.abspath(os.path.expanduser(name))
   if not os.path.isdir(path):
     raise DataError(f"dataset folder not found: {path} (use --dataset=folder:PATH with "
@@ -147,7 +149,7 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
                     download: bool = True) -> Iterator[tuple[str, str] | None]:
   """The pairs of a tfds split as text, streamed and keyed by language (so direction is
   explicit); None for a pair with an empty side."""
-  import tensorflow_datasets as tfds
+  tfds = _optional("tensorflow_datasets", "tfds", "the tfds: source")
   try:
     builder = tfds.builder(name, data_dir=data_dir)
     if download:
@@ -160,6 +162,59 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
     if src_lang not in ex or tgt_lang not in ex:
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
     src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
+    yield (src, tgt) if src and tgt else None
+
+
+def _optional(module: str, extra: str, what: str) -> Any:
+  """An optional dependency, or a one-line error naming the extra that installs it."""
+  import importlib
+  try:
+    return importlib.import_module(module)
+  except ImportError:
+    raise DataError(f"{what} needs {module}, which is not installed: pip install -e "
+                    f"\".[{extra}]\" (or give the corpus as --dataset=folder:PATH)") from None
+
+
+def hf_name_and_config(name: str) -> tuple[str, str | None]:
+  """`org/name/config` -> ("org/name", "config"); `org/name` or `name` has no config. A
+  local folder (saved with `save_to_disk`) is its own name."""
+  if os.path.isdir(name):
+    return name, None
+  parts = name.split("/")
+  return ("/".join(parts[:2]), "/".join(parts[2:])) if len(parts) > 2 else (name, None)
+
+
+def iter_hf_pairs(name: str, split: str, src_lang: str, tgt_lang: str
+                  ) -> Iterator[tuple[str, str] | None]:
+  """The pairs of a Hugging Face `datasets` split, streamed: a Hub dataset (downloaded and
+  cached by `datasets`) or a folder written by `save_to_disk`. Rows are either translation
+  dicts (`{"translation": {"en": ..., "de": ...}}`, the Hub's translation datasets) or one
+  column per language. None for a pair with an empty side."""
+  datasets = _optional("datasets", "hf", "the hf: source")
+  repo, config = hf_name_and_config(name)
+  try:
+    if os.path.isdir(repo):
+      loaded = datasets.load_from_disk(repo)
+      if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+          raise KeyError(f"no split {split!r}; it has {sorted(loaded)}")
+        loaded = loaded[split]
+      elif split != "train":
+        raise KeyError(f"a single saved split holds only 'train', not {split!r}")
+      rows = iter(loaded)
+    else:
+      rows = iter(datasets.load_dataset(repo, config, split=split, streaming=True))
+    first = next(rows, None)
+  except Exception as e:  # datasets raises many types; one line is what a user needs
+    raise DataError(f"hf:{name} split {split!r}: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+  if first is None:
+    return
+  for row in itertools.chain([first], rows):
+    pair = row.get("translation", row)
+    if src_lang not in pair or tgt_lang not in pair:
+      raise DataError(f"hf:{name} rows have {sorted(pair)}, not {src_lang} and {tgt_lang}")
+    src, tgt = str(pair[src_lang]).strip(), str(pair[tgt_lang]).strip()
     yield (src, tgt) if src and tgt else None
 
 

@@ -101,6 +101,11 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
   splits = None
   if source.kind == "tfds":
     key = f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
+  elif source.kind == "hf":
+    where = source.name
+    if os.path.isdir(where):  # a saved dataset: its content's identity, not its path
+      where = os.path.basename(where.rstrip("/")) + "-" + _saved_dataset_fingerprint(where)
+    key = f"hf-{where.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
   else:
     splits = data_sources.folder_splits(source)
     base = os.path.basename(source.name.rstrip("/")) or "folder"
@@ -122,6 +127,18 @@ def vocab_file(cfg: ExperimentConfig) -> str:
   if not os.path.isfile(path):
     raise DataError(f"data.vocab_from: no SentencePiece model at {path}")
   return path
+
+
+def _saved_dataset_fingerprint(folder: str) -> str:
+  """A `save_to_disk` folder by content: the hashes of its files (Arrow data and JSON)."""
+  import hashlib
+  h = hashlib.sha256()
+  for root, _, files in sorted(os.walk(folder)):
+    for name in sorted(files):
+      path = os.path.join(root, name)
+      h.update(os.path.relpath(path, folder).encode())
+      h.update(file_sha256(path).encode())
+  return h.hexdigest()[:16]
 
 
 def resolve_source(cfg: ExperimentConfig) -> Source:
@@ -285,6 +302,9 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
           missing = [p for p in lang_files if not os.path.exists(p)]
           raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name})")
         pairs = data_sources.iter_pair_files(source, split)
+      elif source.kind == "hf":
+        pairs = data_sources.iter_hf_pairs(source.name, split, source.src_lang,
+                                           source.tgt_lang)
       else:
         pairs = data_sources.iter_tfds_pairs(source.name, split, source.src_lang,
                                              source.tgt_lang, cfg.data.data_dir or None)

@@ -348,3 +348,84 @@ def test_the_cache_follows_the_files_content_not_their_mtimes(tmp_path):
   lines = (copy / "valid.de").read_text().splitlines()
   (copy / "valid.de").write_text("\n".join(["ein anderer Satz"] + lines[1:]) + "\n")
   assert input_pipeline.prepared_dir(moved) != first
+
+
+# Three splits of a tiny English-German corpus whose lines name their split and language, so
+# a reader that takes the wrong split, key or direction is caught.
+def _named_pairs(split: str, n: int = 40) -> list[dict[str, str]]:
+  return [{"en": f"the {split} cat number {i} sleeps", "de": f"die {split} katze nummer {i}"}
+          for i in range(n)]
+
+
+def _check_prepared(cfg):
+  """The cache's text: English sources and German targets of each split."""
+  directory = input_pipeline.prepared_dir(cfg)
+  for split in ("train", "validation", "test"):
+    src, tgt = input_pipeline.load(cfg, num_devices=1).raw(split)
+    assert src[3] == f"the {split} cat number 3 sleeps", (split, src[3])
+    assert tgt[3] == f"die {split} katze nummer 3"
+  return directory
+
+
+def test_a_missing_optional_dependency_is_one_line_naming_its_extra(monkeypatch):
+  import builtins
+  real_import = builtins.__import__
+
+  def no_tfds(name, *args, **kwargs):
+    if name.startswith(("tensorflow_datasets", "datasets")):
+      raise ImportError(name)
+    return real_import(name, *args, **kwargs)
+  monkeypatch.setattr(builtins, "__import__", no_tfds)
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+  monkeypatch.setitem(sys.modules, "datasets", None)
+  with pytest.raises(UserError, match=r'tfds: source needs tensorflow_datasets.*"\.\[tfds\]"'):
+    next(data_sources.iter_tfds_pairs("wmt14_translate/de-en", "train", "en", "de", None))
+  with pytest.raises(UserError, match=r'hf: source needs datasets.*"\.\[hf\]"'):
+    next(data_sources.iter_hf_pairs("wmt/wmt14/de-en", "train", "en", "de"))
+
+
+def test_the_tfds_source_reads_the_named_builder_split_and_direction(tmp_path):
+  """Offline, through tfds's own mock of the builder: the `wmt14_translate/de-en` builder's
+  (de, en) features are read in the spec's en-de direction, split by split, into a run that
+  trains a step."""
+  tfds = pytest.importorskip("tensorflow_datasets", reason="needs the [tfds] extra")
+  import tensorflow as tf
+  from t2t_jax import train
+  seen = []
+
+  def as_dataset(builder, split, **kwargs):
+    seen.append((builder.name, builder.builder_config.name, str(split)))
+    rows = _named_pairs(str(split))
+    return tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in ("de", "en")})
+  cfg = override(experiments.get("demo"), {
+      "data.dataset": "tfds:wmt14_translate/de-en:en-de", "data.data_dir": str(tmp_path),
+      "data.dev_split": "validation", "model.vocab_size": 100, "model.num_layers": 1,
+      "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2, "model.d_k": 16,
+      "model.d_v": 16, "train.steps": 1, "train.final_eval": False})
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    _check_prepared(cfg)
+    train.train_and_evaluate(cfg, str(tmp_path / "run"))
+  assert ("wmt14_translate", "de-en", "train") in seen
+  assert {s for _, _, s in seen} == {"train", "validation", "test"}
+
+
+def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
+  """`hf:PATH:en-de` on a DatasetDict saved with save_to_disk (translation dicts, the Hub's
+  layout): each split in the asked direction, through a training step; the cache is keyed by
+  the saved files' content."""
+  datasets = pytest.importorskip("datasets", reason="needs the [hf] extra")
+  from t2t_jax import train
+  saved = tmp_path / "saved"
+  datasets.DatasetDict({split: datasets.Dataset.from_list(
+      [{"translation": r} for r in _named_pairs(split)])
+      for split in ("train", "validation", "test")}).save_to_disk(str(saved))
+  cfg = override(experiments.get("demo"), {
+      "data.dataset": f"hf:{saved}:en-de", "data.dev_split": "validation",
+      "model.vocab_size": 100, "model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64,
+      "model.num_heads": 2, "model.d_k": 16, "model.d_v": 16, "train.steps": 1,
+      "train.final_eval": False})
+  directory = _check_prepared(cfg)
+  assert "/hf-saved-" in directory
+  train.train_and_evaluate(cfg, str(tmp_path / "run"))
+  with pytest.raises(UserError, match="rows have"):
+    next(data_sources.iter_hf_pairs(str(saved), "train", "en", "fr"))
