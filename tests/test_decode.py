@@ -275,3 +275,22 @@ def test_search_that_outgrows_the_first_caches_equals_the_uncached_search(params
   assert min(len(decode.strip(np.asarray(s))) for s in seqs[:, 0]) >= 35
   np.testing.assert_array_equal(seqs, seqs_u)
   np.testing.assert_allclose(scores, scores_u, atol=1e-4)
+
+
+def test_sequence_scores_are_log_probabilities_and_an_ensemble_averages_probabilities(params):
+  """`sequence_logprobs`: the teacher-forced log p of each target (EOS in, PAD out), and for
+  two models the log of their mean probability token by token (not the mean log-prob)."""
+  other = model.init_params(TINY, jax.random.PRNGKey(7))
+  src = _sources([5, 3], 7)
+  tgt = np.zeros((2, 6), np.int32)
+  tgt[0, :4], tgt[1, :2] = [9, 12, 7, EOS_ID], [5, EOS_ID]
+  total, tokens = decode.sequence_logprobs(params, src, tgt, TINY)
+  assert tokens.tolist() == [4, 2]
+  assert float(total[0]) == pytest.approx(_full_logp(params, TINY, src[0], [9, 12, 7, EOS_ID]),
+                                          abs=1e-4)
+  both, _ = decode.sequence_logprobs([params, other], src, tgt, (TINY, TINY))
+  la, lb = (jax.nn.log_softmax(model.Transformer(TINY).apply({"params": p}, src, tgt))
+            for p in (params, other))
+  expected = sum(float(np.log((np.exp(la[1, t, tok]) + np.exp(lb[1, t, tok])) / 2))
+                 for t, tok in enumerate([5, EOS_ID]))
+  assert float(both[1]) == pytest.approx(expected, abs=1e-4)
