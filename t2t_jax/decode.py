@@ -159,7 +159,7 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
 
   for n, size in enumerate(phases):
     if n:  # the search goes on past the cache: make it `size` positions long
-      grow = lambda c: jnp.pad(c, ((0, 0), (0, size - c.shape[1]), (0, 0), (0, 0)))
+      grow = lambda c: jnp.pad(c, ((0, 0), (0, 0), (0, size - c.shape[2]), (0, 0)))
       state["cache"] = [[{**c, "self_k": grow(c["self_k"]), "self_v": grow(c["self_v"])}
                          for c in member] for member in state["cache"]]
     state = jax.lax.while_loop(functools.partial(cond, end=size), body, state)

@@ -228,13 +228,24 @@ class MultiHeadAttention(nn.Module):
     return k, v
 
   def attend(self, x_q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
-             mask: "KeyMask | None" = None) -> Array:
+             mask: "KeyMask | None" = None, heads_first: bool = False) -> Array:
     """`bias` masks the einsum path; the fused path takes the same mask as `mask` (key
-    lengths and causality), which cuDNN applies inside its kernel without a bias tensor."""
+    lengths and causality), which cuDNN applies inside its kernel without a bias tensor.
+
+    `heads_first`: keys and values come as [b, h, L, d], the layout the attention products
+    read (cached decoding keeps its caches so, instead of transposing them at every step).
+    """
     cfg = self.cfg
     b, lq, _ = x_q.shape
     q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
     q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
+    if heads_first and not cfg.fused_attention:
+      logits = einsum(cfg, "bqhd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
+      weights = jax.nn.softmax(logits, axis=-1)
+      out = einsum(cfg, "bhqk,bhkd->bqhd", weights, v)
+      return self.out(out.reshape(b, lq, cfg.num_heads * cfg.d_v))
+    if heads_first:  # the fused kernel takes [b, L, h, d]
+      k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     if cfg.fused_attention:
       dt = _compute_dtype(cfg)
       kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
@@ -302,10 +313,11 @@ class DecoderLayer(nn.Module):
     self.ln_ffn = nn.LayerNorm()
     self.dropout = Dropout(self.cfg.dropout, self.first_row)
 
-  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train, cross_mask=None):
+  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train, cross_mask=None,
+                     heads_first=False):
     drop = lambda z: self.dropout(z, deterministic=not train)
     y = self.ln_cross_attention(y + drop(self.cross_attention.attend(
-        y, cross_k, cross_v, cross_bias, train, cross_mask)))
+        y, cross_k, cross_v, cross_bias, train, cross_mask, heads_first)))
     return self.ln_ffn(y + drop(self.ffn(y, train)))
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
@@ -317,29 +329,33 @@ class DecoderLayer(nn.Module):
     return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train, cross_mask)
 
   def init_cache(self, encoded: Array, max_length: int) -> dict[str, Array]:
+    """Keys and values as [b, h, L, d] (heads first): the layout the attention products read,
+    so that no decoding step transposes a cache."""
     cfg = self.cfg
     b = encoded.shape[0]
-    cross_k, cross_v = self.cross_attention.project_kv(encoded)
+    cross_k, cross_v = (x.transpose(0, 2, 1, 3)
+                        for x in self.cross_attention.project_kv(encoded))
     dt = cross_k.dtype
-    return {"self_k": jnp.zeros((b, max_length, cfg.num_heads, cfg.d_k), dt),
-            "self_v": jnp.zeros((b, max_length, cfg.num_heads, cfg.d_v), dt),
+    return {"self_k": jnp.zeros((b, cfg.num_heads, max_length, cfg.d_k), dt),
+            "self_v": jnp.zeros((b, cfg.num_heads, max_length, cfg.d_v), dt),
             "cross_k": cross_k, "cross_v": cross_v}
 
   def step(self, y: Array, cache: dict[str, Array], position: Array, cross_bias: Array,
            cross_mask: KeyMask | None = None) -> tuple[Array, dict[str, Array]]:
     """y [b, 1, d_model] at `position`; returns its output and the updated cache."""
-    k, v = self.self_attention.project_kv(y)
-    self_k = jax.lax.dynamic_update_slice_in_dim(cache["self_k"], k, position, axis=1)
-    self_v = jax.lax.dynamic_update_slice_in_dim(cache["self_v"], v, position, axis=1)
+    k, v = (x.transpose(0, 2, 1, 3) for x in self.self_attention.project_kv(y))
+    self_k = jax.lax.dynamic_update_slice_in_dim(cache["self_k"], k, position, axis=2)
+    self_v = jax.lax.dynamic_update_slice_in_dim(cache["self_v"], v, position, axis=2)
     # Causality: only cached positions <= `position` are visible.
-    visible = jnp.arange(self_k.shape[1]) <= position
+    visible = jnp.arange(self_k.shape[2]) <= position
     self_bias = (None if self.cfg.fused_attention else
                  jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[None, None, None, :])
     self_mask = KeyMask(jnp.full((y.shape[0],), position + 1, jnp.int32))
     y = self.ln_self_attention(y + self.self_attention.attend(y, self_k, self_v, self_bias,
-                                                              mask=self_mask))
+                                                              mask=self_mask,
+                                                              heads_first=True))
     y = self._cross_and_ffn(y, cache["cross_k"], cache["cross_v"], cross_bias, False,
-                            cross_mask)
+                            cross_mask, heads_first=True)
     return y, {**cache, "self_k": self_k, "self_v": self_v}
 
 
