@@ -309,8 +309,10 @@ def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches
   def loss_and_logits(c, p):
     logits = model.Transformer(c).apply({"params": p}, inputs, targets)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 7] * weights), logits
-  (la, logits_a), ga = jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True)(cfg, params)
-  (lb, logits_b), gb = jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True)(fused, params)
+  grad = jax.jit(jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True),
+                 static_argnums=0)
+  (la, logits_a), ga = grad(cfg, params)
+  (lb, logits_b), gb = grad(fused, params)
   np.testing.assert_allclose(logits_b, logits_a, atol=1e-5)
   np.testing.assert_allclose(lb, la, rtol=1e-5)
   for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
@@ -321,8 +323,9 @@ def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches
   assert "-1000000000.0" not in jaxpr and "-1e+09" not in jaxpr
 
   from t2t_jax import decode
-  beams = [decode.beam_search(params, inputs, cfg=c, beam_size=2, alpha=0.6,
-                              max_extra_length=4) for c in (cfg, fused)]
+  beams = [jax.jit(lambda p, x: decode.beam_search(p, x, cfg=c, beam_size=2, alpha=0.6,
+                                                   max_extra_length=4))(params, inputs)
+           for c in (cfg, fused)]
   np.testing.assert_array_equal(beams[0][0], beams[1][0])
   np.testing.assert_allclose(beams[0][1], beams[1][1], atol=1e-4)
 
