@@ -1,7 +1,8 @@
 """CPU translation side by side (`bench --what=deploy --experiment=E --workdir=W`): one trained
 run, exported once (t2t_jax/export.py), translating the same sentences four ways in one
-process: ours (cached beam search), transformers' `generate`, CTranslate2 in float32 and in
-int8. Each prints sentences/s and sacreBLEU against the references.
+process: ours (cached beam search) in float32 and bf16, transformers' `generate` in float32
+and bf16, CTranslate2 in float32 and in int8. Each prints sentences/s and sacreBLEU against
+the references.
 
 Every decoder gets beam 4, the same threads (`--threads`, default all cores) and the same
 length limit (source tokens + 50). The length penalties differ by formula (ours is GNMT's,
@@ -36,6 +37,7 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
         batch: int = 32) -> list[dict[str, Any]]:
   """One record per decoder: sentences/s, target tokens/s of its output and BLEU."""
   from t2t_jax import export, input_pipeline
+  from t2t_jax.config import override
   from t2t_jax.translator import Translator
   sources, refs = input_pipeline.load(cfg, num_devices=1).raw(split)
   sources, refs = sources[:limit], refs[:limit]
@@ -53,9 +55,10 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
                     "sacrebleu": _bleu(hyps, refs), "beam_size": beam, "threads": threads,
                     **extra})
 
-  ours = Translator.from_workdir(workdir)
-  hyps, seconds = _timed(ours.translate, sources)
-  record("t2t_jax (cached beam search, XLA:CPU)", hyps, seconds, label=ours.label)
+  for dtype in ("float32", "bfloat16"):  # bf16: `--set model.dtype=bfloat16` at decode
+    ours = Translator.from_config(override(cfg, {"model.dtype": dtype}), workdir)
+    hyps, seconds = _timed(ours.translate, sources)
+    record(f"t2t_jax {dtype} (cached beam search, XLA:CPU)", hyps, seconds, label=ours.label)
 
   import sentencepiece as spm
   sp = spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "source.spm"))
@@ -65,7 +68,6 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
   from transformers import MarianMTModel, MarianTokenizer
   torch.set_num_threads(threads)
   tokenizer = MarianTokenizer.from_pretrained(out_dir)
-  hf = MarianMTModel.from_pretrained(out_dir).eval()
 
   def hf_translate(sentences: list[str]) -> list[str]:
     order = sorted(range(len(sentences)), key=lambda i: len(tokens[i]))
@@ -79,9 +81,11 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
       for i, text in zip(rows, tokenizer.batch_decode(gen, skip_special_tokens=True)):
         texts[i] = text
     return [texts[i] for i in range(len(sentences))]
-  hyps, seconds = _timed(hf_translate, sources)
-  record(f"transformers {__import__('transformers').__version__} generate (torch "
-         f"{torch.__version__}, float32)", hyps, seconds)
+  for dtype in (torch.float32, torch.bfloat16):
+    hf = MarianMTModel.from_pretrained(out_dir, dtype=dtype).eval()
+    hyps, seconds = _timed(hf_translate, sources)
+    record(f"transformers {__import__('transformers').__version__} generate (torch "
+           f"{torch.__version__}, {str(dtype).split('.')[-1]})", hyps, seconds)
 
   import ctranslate2
   from ctranslate2.converters import TransformersConverter
