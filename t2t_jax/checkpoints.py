@@ -67,38 +67,51 @@ class Checkpointer:
     return self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
 
   def restore_latest(self, like: Any, retries: int = 3) -> tuple[Any, int] | None:
-    """The newest checkpoint that restores, else None.
+    """The newest checkpoint that restores; None when the workdir has none.
 
-    Only a checkpoint whose files cannot be read as a checkpoint (incomplete, truncated,
-    corrupt) is set aside, by process 0 alone; the others skip it, so every process resumes
-    from the same step. A checkpoint of another structure (another optimiser, a changed
-    state) is a one-line error with nothing moved; an I/O error is retried, then is one.
+    An error that is not the checkpoint's own (a shape or structure of another model, memory,
+    permissions, an orbax version) would fail every checkpoint alike, so nothing may be moved
+    on its account: only when the newest checkpoint fails and the one before it restores is
+    the newest set aside (by process 0; the others skip it), and never more than that one. If
+    neither restores, or a checkpoint holds another model's state, it is a one-line error with
+    nothing moved; an I/O error is retried, then is one.
     """
     steps = self.steps()
+    failed: tuple[int, str, Exception] | None = None
     for step in reversed(steps):
       path = os.path.join(self.directory, str(step))
       try:
         restored = self._restore_retrying(step, like, retries)
-        self._agree_on_steps()
-        return restored, step
       except _StructureMismatch as e:
         raise UserError(f"checkpoint {path} does not hold this run's training state (first "
                         f"difference: {e}); nothing was moved. It was written by another "
-                        f"optimiser or version: use another --workdir") from None
+                        f"model, optimiser or version: use another --workdir") from None
       except Exception as e:
         if not os.path.isdir(path):  # process 0 set it aside while this process read it
           print(f"warning: checkpoint {path} was set aside by process 0; trying the previous "
                 f"one", file=sys.stderr, flush=True)
           self._manager.reload()
           continue
-        if not _transient(e):
-          self._set_aside(step, path, e)
-          continue
-        raise UserError(f"could not read checkpoint {path} ({e.strerror or e}) after "
-                        f"{retries} tries; nothing was moved: run the command again") from None
-    if steps:
-      print(f"warning: none of the {len(steps)} checkpoint(s) in {self.directory} could be "
-            f"restored; training starts again from step 0", file=sys.stderr, flush=True)
+        if _transient(e):
+          raise UserError(f"could not read checkpoint {path} ({e.strerror or e}) after "
+                          f"{retries} tries; nothing was moved: run the command again") from None
+        if failed is not None:  # two in a row: not one broken checkpoint's fault
+          raise UserError(
+              f"checkpoints {failed[0]} and {step} in {self.directory} both fail to restore "
+              f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was moved. "
+              f"Fix the cause (memory, permissions, versions) and run the command again") \
+              from None
+        failed = (step, path, e)
+        continue
+      if failed is not None:
+        self._set_aside(failed[0], failed[1], failed[2])
+      self._agree_on_steps()
+      return restored, step
+    if failed is not None:
+      raise UserError(f"checkpoint {failed[1]}, the only one, fails to restore "
+                      f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was "
+                      f"moved. Fix the cause, or move it away to start again from step 0") \
+          from None
     self._agree_on_steps()
     return None
 
@@ -111,12 +124,16 @@ class Checkpointer:
     self._manager.reload()
 
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
-    """A checkpoint whose own files are broken: process 0 moves it out of the way."""
+    """A checkpoint whose own files are broken: process 0 moves it out of the way, to a new
+    name (what an earlier start set aside is never replaced)."""
     aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}")
+    n = 1
+    while os.path.exists(aside):
+      aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}.{n}")
+      n += 1
     if jax.process_index() == 0:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
-            f"moved to {aside}, trying the previous one", file=sys.stderr, flush=True)
-      shutil.rmtree(aside, ignore_errors=True)
+            f"moved to {aside}; resuming from the previous one", file=sys.stderr, flush=True)
       shutil.move(path, aside)
       self._manager.reload()
     else:
@@ -137,6 +154,8 @@ class Checkpointer:
           first = next((l.strip().rstrip(":") for l in lines[1:] if l.strip().endswith(":")),
                        "the tree structure")
           raise _StructureMismatch(first) from None
+        if lines and "is not compatible with the stored shape" in lines[0]:
+          raise _StructureMismatch(lines[0].split(". ")[0]) from None  # another model's shape
         raise
 
   def wait(self) -> None:
@@ -157,6 +176,11 @@ def _transient(error: Exception) -> bool:
   return isinstance(error, OSError) and error.errno in (
       errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ESTALE, errno.EBUSY, errno.EINTR,
       errno.ECONNRESET)
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 class _StructureMismatch(Exception):
@@ -266,18 +290,22 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   ckpt = Checkpointer(workdir, keep=10**6, create=False) \
       if os.path.isdir(os.path.join(workdir, "checkpoints")) else None
   newest = ckpt.steps()[-1] if ckpt and ckpt.steps() else None
+  # The average is current when it covers the newest checkpoint that averaging would take: a
+  # checkpoint written on a signal (a preemption) never is, as `average` leaves it out.
+  off_schedule = set(signal_checkpoints(workdir))
+  scheduled = [s for s in (ckpt.steps() if ckpt else []) if s not in off_schedule]
   try:
     if os.path.exists(os.path.join(avg, "averaged.json")):
       with open(os.path.join(avg, "averaged.json")) as f:
         steps = json.load(f)["steps"]
-      if newest is None or newest <= steps[-1]:
+      if not scheduled or scheduled[-1] <= steps[-1]:
         with ocp.StandardCheckpointer() as reader:
           params = reader.restore(os.path.join(avg, "params"), like)
         return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
       # A run resumed after averaging: its average would be silently out of date.
       print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but checkpoint "
-            f"{newest} is newer; using checkpoint {newest} (run --mode=average to average the "
-            f"newest checkpoints)", file=sys.stderr, flush=True)
+            f"{scheduled[-1]} is newer; using checkpoint {newest} (run --mode=average to "
+            f"average the newest checkpoints)", file=sys.stderr, flush=True)
     if newest is None:
       return None
     step = newest

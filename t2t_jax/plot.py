@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import glob
 import json
+
+from t2t_jax import jsonl
 import os
 import sys
 
@@ -25,8 +27,7 @@ def read_metrics(workdir: str, missing_ok: bool = False) -> list[dict]:
     if missing_ok:
       return []
     raise FileNotFoundError(f"no metrics in {path}: train first")
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return jsonl.read(path)
 
 
 def runs_of(workdir: str) -> list[tuple[str, list[dict]]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import math
@@ -32,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t2t_jax import backend, checkpoints, input_pipeline, model, optim, parallel
+from t2t_jax import backend, checkpoints, input_pipeline, jsonl, model, optim, parallel
 from t2t_jax.config import (COMPUTE_FIELDS, TRAINING_ONLY_FIELDS, ExperimentConfig, ModelConfig,
                             profile_range)
 from t2t_jax.errors import UserError
@@ -266,13 +267,19 @@ class MetricsLog:
     self.elapsed_before = 0.0  # training time of earlier (interrupted) runs of this workdir
     if not enabled:
       return
-    if os.path.exists(self.path):  # drop entries a resumed run will log again
-      with open(self.path) as f:
-        kept = [l for l in f if l.strip() and json.loads(l)["step"] <= resume_step]
+    if os.path.exists(self.path):
+      # Entries past the resumed step will be logged again; they move to
+      # metrics.superseded.jsonl, so that no restart erases any history.
+      rows = jsonl.read(self.path)
+      kept = [r for r in rows if r.get("step", 0) <= resume_step]
+      dropped = [r for r in rows if r.get("step", 0) > resume_step]
       if kept:
-        self.elapsed_before = float(json.loads(kept[-1]).get("elapsed_sec", 0.0))
+        self.elapsed_before = float(kept[-1].get("elapsed_sec", 0.0))
+      if dropped:
+        with open(os.path.join(workdir, "metrics.superseded.jsonl"), "a") as f:
+          f.writelines(json.dumps(r) + "\n" for r in dropped)
       with open(self.path + ".tmp", "w") as f:
-        f.writelines(kept)
+        f.writelines(json.dumps(r) + "\n" for r in kept)
       os.replace(self.path + ".tmp", self.path)
     # tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
     # TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
@@ -410,7 +417,9 @@ def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
   created = not os.path.exists(workdir)
   try:
     os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
+    # Unique across hosts too: containers often run as PID 1 on every host of a job.
+    import uuid
+    probe = os.path.join(workdir, f".write_test.{os.getpid()}.{uuid.uuid4().hex}")
     with open(probe, "w") as f:
       f.write("ok")
     os.remove(probe)
@@ -435,11 +444,16 @@ def _checkpoint_errors(ckpt: checkpoints.Checkpointer, step: int):
   """A checkpoint write that fails (now, or in the background) as a one-line error."""
   try:
     yield
-  except OSError as e:
+  except (OSError, ValueError) as e:
+    # orbax reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... Failed writing").
+    full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or any(
+        marker in str(e) for marker in ("RESOURCE_EXHAUSTED", "No space left on device"))
+    if not (full or isinstance(e, OSError)):
+      raise
     good = [s for s in ckpt.steps() if s != step]
-    raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: "
-                    f"{e.strerror or e}; the newest complete checkpoint is "
-                    f"{good[-1] if good else 'none'}") from None
+    reason = "disk full" if full else (e.strerror or str(e))
+    raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: {reason}; the "
+                    f"newest complete checkpoint is {good[-1] if good else 'none'}") from None
 
 
 class Profiler:

@@ -806,3 +806,118 @@ def test_dev_bleu_and_samples_are_logged_while_training(tmp_path):
   events.Reload()
   assert any("dev_samples" in tag for tag in events.Tags()["tensors"])
   assert [e.step for e in events.Scalars("dev_bleu")] == [10, 20]
+
+
+def _truncate(directory: Path) -> None:
+  for f in directory.rglob("*"):
+    if f.is_file() and f.stat().st_size > 0:
+      with open(f, "r+b") as fh:
+        fh.truncate(f.stat().st_size // 2)
+
+
+def test_an_error_of_every_checkpoint_moves_none_and_nothing_set_aside_is_deleted(tmp_path):
+  """Issue 45 (1): an error that is not one checkpoint's own (here another model's shape;
+  equally memory or permissions) failed every checkpoint alike, and each was set aside in
+  turn; a repeat deleted the earlier originals. Now: another shape is an error, two broken
+  in a row are an error, and only a single broken newest one is set aside, under a new name."""
+  from t2t_jax.errors import UserError
+  import jax.numpy as jnp
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (1, 2, 3):
+    ckpt.save(step, {"w": jnp.full(4, float(step))})
+  with pytest.raises(UserError, match="does not hold this run's training state.*nothing was "
+                                      "moved"):
+    ckpt.restore_latest({"w": jnp.zeros(8)})
+  assert ckpt.steps() == [1, 2, 3] and not list(tmp_path.glob("corrupt_checkpoint_*"))
+
+  (tmp_path / "corrupt_checkpoint_3").mkdir()  # what an earlier start set aside
+  (tmp_path / "corrupt_checkpoint_3" / "marker").write_text("original")
+  _truncate(tmp_path / "checkpoints" / "3")
+  _truncate(tmp_path / "checkpoints" / "2")
+  with pytest.raises(UserError, match="checkpoints 3 and 2 .* both fail to restore.*nothing "
+                                      "was moved"):
+    ckpt.restore_latest({"w": jnp.zeros(4)})
+  assert ckpt.steps() == [1, 2, 3]
+  shutil.rmtree(tmp_path / "checkpoints" / "2")
+  ckpt.close()
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  restored, step = ckpt.restore_latest({"w": jnp.zeros(4)})
+  assert step == 1 and float(restored["w"][0]) == 1.0
+  assert (tmp_path / "corrupt_checkpoint_3" / "marker").read_text() == "original"
+  assert (tmp_path / "corrupt_checkpoint_3.1").is_dir()
+  ckpt.close()
+
+
+def test_a_torn_metrics_line_is_skipped_and_no_restart_erases_history(tmp_path, capsys):
+  """Issue 45 (9) and (1): a torn last line of metrics.jsonl (a host crash) is skipped with a
+  warning by the trainer and the plot; lines past the resumed step move to
+  metrics.superseded.jsonl instead of vanishing."""
+  from t2t_jax import plot
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 10, "loss": 3.0, "elapsed_sec": 5.0}\n'
+                  '{"step": 20, "loss": 2.0, "elapsed_sec": 9.0}\n{"step": 30, "lo')
+  assert [r["step"] for r in plot.read_metrics(str(tmp_path))] == [10, 20]
+  log = train.MetricsLog(str(tmp_path), resume_step=10, enabled=True)
+  log.close()
+  assert "line 3 is not a whole JSON object" in capsys.readouterr().err
+  assert [json.loads(l)["step"] for l in path.read_text().splitlines()] == [10]
+  assert log.elapsed_before == 5.0
+  superseded = (tmp_path / "metrics.superseded.jsonl").read_text().splitlines()
+  assert [json.loads(l)["step"] for l in superseded] == [20]
+
+
+def test_workdir_write_probes_of_hosts_with_equal_pids_do_not_collide(tmp_path, monkeypatch):
+  """Issue 45 (5): containers are often PID 1 on every host, and a probe named by the PID
+  alone was removed by the other host mid-check (13 failures in 200 trials)."""
+  import threading
+  from t2t_jax.errors import UserError
+  monkeypatch.setattr(os, "getpid", lambda: 1)
+  cfg = tiny_cfg()
+  errors = []
+
+  def probe():
+    for _ in range(150):
+      try:
+        train.check_workdir(cfg, str(tmp_path))
+      except UserError as e:
+        errors.append(str(e))
+  threads = [threading.Thread(target=probe) for _ in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors, errors[:2]
+
+
+def test_a_disk_that_fills_while_training_is_a_one_line_error_naming_the_good_checkpoint(
+    tmp_path, monkeypatch):
+  """Issue 45 (6): orbax reports ENOSPC as a ValueError, which was a traceback."""
+  import orbax.checkpoint as ocp
+  from t2t_jax.errors import UserError
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 4, "train.checkpoint_every_steps": 2,
+                                         "train.final_eval": False})
+  real = ocp.CheckpointManager.save
+
+  def fill(self, step, *args, **kwargs):
+    if step == 4:
+      raise ValueError("RESOURCE_EXHAUSTED: Failed writing /x: No space left on device")
+    return real(self, step, *args, **kwargs)
+  monkeypatch.setattr(ocp.CheckpointManager, "save", fill)
+  with pytest.raises(UserError, match="could not write checkpoint 4 in .*: disk full; the "
+                                      "newest complete checkpoint is 2"):
+    train.train_and_evaluate(cfg, str(tmp_path))
+
+
+def test_a_fresh_average_is_used_after_a_preemption_checkpoint(tmp_path, capsys):
+  """Issue 45 (3): the newest checkpoint written on a signal, which averaging rightly leaves
+  out, made inference pass over the average the user had just made."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (10, 20, 23):
+    ckpt.save(step, state, on_signal=step == 23)
+  ckpt.close()
+  checkpoints.average(str(tmp_path), 2, state)
+  _, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert label.startswith("average of checkpoints 10..20")
+  assert "newer" not in capsys.readouterr().err

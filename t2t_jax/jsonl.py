@@ -1,0 +1,30 @@
+"""JSON-lines files (metrics.jsonl): read back whatever was written whole.
+
+A host crash or a network filesystem can leave the last line torn; every reader skips such a
+line with a warning naming it, instead of failing every later resume or plot.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def read(path: str) -> list[dict[str, Any]]:
+  """The objects of the file's lines, in order, without blank and undecodable lines."""
+  rows = []
+  with open(path, encoding="utf-8", errors="replace") as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        row = None
+      if not isinstance(row, dict):
+        print(f"warning: {path} line {number} is not a whole JSON object (a torn write?); "
+              f"skipped", file=sys.stderr, flush=True)
+        continue
+      rows.append(row)
+  return rows
