@@ -274,11 +274,32 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   with ocp.StandardCheckpointer() as writer:
     writer.save(os.path.join(tmp, "params"), mean)
   with open(os.path.join(tmp, "averaged.json"), "w") as f:
-    json.dump({"steps": steps}, f)
+    json.dump({"steps": steps, "identity": {str(s): checkpoint_identity(ckpt.directory, s)
+                                            for s in steps}}, f)
   shutil.rmtree(out, ignore_errors=True)
   os.replace(tmp, out)
   ckpt.close()
   return out, steps
+
+
+def checkpoint_identity(directory: str, step: int) -> list[int]:
+  """Which checkpoint directory this is, not just its step: its inode and modification time
+  (a retrained workdir writes new checkpoints under the same step numbers)."""
+  info = os.stat(os.path.join(directory, str(step)))
+  return [info.st_ino, info.st_mtime_ns]
+
+
+def _average_is_current(record: dict[str, Any], directory: str, steps: list[int]) -> str | None:
+  """None when the average's checkpoints are the ones listed now, else why not."""
+  identity = record.get("identity")
+  if identity is None:
+    return None  # an average written before identities were recorded: steps alone
+  for step, ident in identity.items():
+    if int(step) not in steps:  # deleted, or pruned by newer checkpoints
+      return f"checkpoint {step} is gone"
+    if checkpoint_identity(directory, int(step)) != ident:
+      return f"checkpoint {step} was rewritten since (a new training run)"
+  return None
 
 
 def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any, str] | None:
@@ -297,8 +318,14 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   try:
     if os.path.exists(os.path.join(avg, "averaged.json")):
       with open(os.path.join(avg, "averaged.json")) as f:
-        steps = json.load(f)["steps"]
-      if not scheduled or scheduled[-1] <= steps[-1]:
+        record = json.load(f)
+      steps = record["steps"]
+      changed = _average_is_current(record, ckpt.directory, ckpt.steps()) if ckpt else None
+      if changed:
+        print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but {changed}; "
+              f"using checkpoint {newest} (run --mode=average to average the new "
+              f"checkpoints)", file=sys.stderr, flush=True)
+      elif not scheduled or scheduled[-1] <= steps[-1]:
         with ocp.StandardCheckpointer() as reader:
           params = reader.restore(os.path.join(avg, "params"), like)
         return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"

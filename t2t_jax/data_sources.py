@@ -313,16 +313,25 @@ def temporary_name(path: str) -> str:
   return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def publish_dir(tmp: str, path: str) -> None:
+def publish_dir(tmp: str, path: str, marker: str | None = None) -> None:
   """Renames the finished directory `tmp` to `path`; if another process published `path`
-  first, keeps theirs and removes `tmp`."""
+  first, keeps theirs and removes `tmp`. With `marker` (a file every finished directory has),
+  a `path` without it is an incomplete leftover (an interrupted copy, a non-atomic rename):
+  it is replaced, not kept."""
   import errno
   import shutil
+  import uuid
   try:
     os.replace(tmp, path)
   except OSError as e:
     if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(path):
       raise
+    if marker and not os.path.exists(os.path.join(path, marker)):
+      aside = f"{path}.incomplete-{uuid.uuid4().hex[:8]}"
+      os.replace(path, aside)
+      os.replace(tmp, path)
+      shutil.rmtree(aside, ignore_errors=True)
+      return
     shutil.rmtree(tmp, ignore_errors=True)
 
 

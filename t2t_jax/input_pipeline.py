@@ -331,7 +331,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     meta["prepare_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     with open(os.path.join(tmp, "meta.json"), "w") as f:
       json.dump(meta, f, indent=2)
-    data_sources.publish_dir(tmp, out_dir)
+    data_sources.publish_dir(tmp, out_dir, marker="meta.json")
     _log(f"prepared data in {out_dir} ({time.time() - start:.0f}s)")
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)

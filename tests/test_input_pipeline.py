@@ -429,3 +429,17 @@ def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
   train.train_and_evaluate(cfg, str(tmp_path / "run"))
   with pytest.raises(UserError, match="rows have"):
     next(data_sources.iter_hf_pairs(str(saved), "train", "en", "fr"))
+
+
+def test_an_incomplete_cache_folder_is_replaced_not_kept(tmp_path):
+  """Issue 45 (7): a cache folder without meta.json (an interrupted copy) was kept as if
+  another process had finished first; every run then prepared again and failed."""
+  cfg = override(experiments.get("demo"), {"data.data_dir": str(tmp_path),
+                                           "model.vocab_size": 100})
+  out_dir = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))[0]
+  os.makedirs(out_dir)
+  (Path(out_dir) / "train.src.txt").write_text("half a copy\n")
+  directory = input_pipeline.prepared_dir(cfg)
+  assert directory == out_dir and (Path(out_dir) / "meta.json").exists()
+  assert input_pipeline.load(cfg, num_devices=1).info()["train_pairs"] > 0
+  assert not list(Path(out_dir).parent.glob("*.incomplete-*"))

@@ -921,3 +921,25 @@ def test_a_fresh_average_is_used_after_a_preemption_checkpoint(tmp_path, capsys)
   _, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
   assert label.startswith("average of checkpoints 10..20")
   assert "newer" not in capsys.readouterr().err
+
+
+def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
+  """Issue 45 (2): checkpoints deleted and trained again under the same step numbers (a new
+  trajectory) left the old average in use: it compared step numbers only."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (10, 20):
+    ckpt.save(step, state)
+  ckpt.close()
+  checkpoints.average(str(tmp_path), 2, state)
+  assert checkpoints.load_params_for_inference(str(tmp_path), cfg)[1].startswith("average")
+  shutil.rmtree(tmp_path / "checkpoints")
+  time.sleep(0.01)
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (10, 20):
+    ckpt.save(step, state.replace(params=jax.tree_util.tree_map(lambda x: x + 1, state.params)))
+  ckpt.close()
+  _, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert label == "checkpoint 20"
+  assert "was rewritten since" in capsys.readouterr().err
