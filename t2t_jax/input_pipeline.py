@@ -362,11 +362,12 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
 WORKDIR_VOCAB = "spm.model"
 
 
-def record_vocab(workdir: str, cache_dir: str) -> None:
+def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
   """Copies the cache's vocabulary into a workdir on its first run (with its sha256 in
-  `spm.model.sha256`); on later runs checks that the cache still has that vocabulary."""
+  `spm.model.sha256`); on later runs checks that the cache still has that vocabulary.
+  `replace`: the workdir has no checkpoint yet, so its recorded vocabulary binds nothing."""
   ours = os.path.join(workdir, WORKDIR_VOCAB)
-  if os.path.exists(ours):
+  if os.path.exists(ours) and not replace:
     check_vocab([workdir], cache_dir)
     return
   tmp = data_sources.temporary_name(ours)

@@ -397,12 +397,46 @@ def initial_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation
                     opt_state=optimizer.init(params), bad_step=jnp.array(-1, jnp.int32))
 
 
+# TrainConfig fields that change the optimiser updates a resumed run takes: changing one on
+# resume is allowed, but the run is then no longer the one an uninterrupted run would be.
+# (`train.steps` is not one: without a cooldown, training longer takes the same updates.)
+UPDATE_FIELDS = ("seed", "tokens_per_step", "learning_rate_scale", "warmup_steps", "adam_b1",
+                 "adam_b2", "adam_eps", "cooldown_steps", "cooldown_minutes")
+
+
+def has_checkpoints(workdir: str) -> bool:
+  directory = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
+
+
 def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
-  """Records what the workdir was trained with; a mismatching later run is refused."""
-  check_run_info(cfg, workdir)
+  """Records what the workdir is trained with. A later run of another model or data is
+  refused, unless the workdir has no checkpoint yet: a first run that failed before its
+  first checkpoint (in data preparation, say) pins nothing. A resumed run that changes how
+  the updates are made (`UPDATE_FIELDS`) is warned, and the record keeps each change in
+  its `history`."""
   path = os.path.join(workdir, checkpoints.RUN_INFO)
+  history = []
+  if has_checkpoints(workdir):
+    check_run_info(cfg, workdir)
+    with open(path) as f:
+      old = json.load(f)
+    history = old.get("history", [])
+    before = old["config"].get("train", {})
+    changed = {k: [before.get(k), getattr(cfg.train, k)] for k in UPDATE_FIELDS
+               if k in before and before[k] != getattr(cfg.train, k)}
+    if changed:
+      print(f"warning: resuming with other training settings "
+            f"({', '.join(f'train.{k}: {a} -> {b}' for k, (a, b) in changed.items())}); the "
+            f"updates from here differ from an uninterrupted run's", file=sys.stderr,
+            flush=True)
+      step = max(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
+                 if d.isdigit())
+      history.append({"from_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      "changed": {f"train.{k}": v for k, v in changed.items()}})
   with open(path + ".tmp", "w") as f:
-    json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg)}, f, indent=2)
+    json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg),
+               **({"history": history} if history else {})}, f, indent=2)
   os.replace(path + ".tmp", path)
 
 
@@ -613,16 +647,17 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   if t.init_from:  # before any data preparation: a wrong source is a one-line error at once
     check_init_from(cfg)
   check_workdir(cfg, workdir)
+  fresh = not has_checkpoints(workdir)  # nothing trained here yet: nothing to be refused
   if jax.process_index() == 0:
     write_run_info(cfg, workdir)
-  else:
+  elif not fresh:
     check_run_info(cfg, workdir)
   devices = jax.local_devices()
   n_dev = len(devices)
   ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
                            process_count=jax.process_count())
   if jax.process_index() == 0:
-    input_pipeline.record_vocab(workdir, ds.directory)
+    input_pipeline.record_vocab(workdir, ds.directory, replace=fresh)
   else:
     input_pipeline.check_vocab([workdir], ds.directory)
   optimizer = optim.make_optimizer(cfg)

@@ -943,3 +943,23 @@ def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
   _, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
   assert label == "checkpoint 20"
   assert "was rewritten since" in capsys.readouterr().err
+
+
+def test_a_first_run_that_failed_pins_nothing_and_changed_updates_are_recorded(tmp_path,
+                                                                              capsys):
+  """Issue 45 (10): experiment.json was written before any work, so a first run that failed
+  in data preparation refused the corrected command; and a resume that changed the seed or
+  the tokens per step did so silently, the record rewritten."""
+  from t2t_jax.errors import UserError
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False})
+  train.write_run_info(override(cfg, {"data.bucket_growth": 1.5}), str(tmp_path))  # failed
+  train.train_and_evaluate(cfg, str(tmp_path))  # the corrected command is not refused
+  with pytest.raises(UserError, match="data.bucket_growth"):  # once trained, it is
+    train.train_and_evaluate(override(cfg, {"data.bucket_growth": 1.5}), str(tmp_path))
+  capsys.readouterr()
+  train.train_and_evaluate(override(cfg, {"train.steps": 3, "train.seed": 5}), str(tmp_path))
+  err = capsys.readouterr().err
+  assert "train.seed: 0 -> 5" in err and "train.steps" not in err  # longer is the same run
+  record = json.loads((tmp_path / "experiment.json").read_text())
+  assert record["history"] == [{"from_step": 2, "time": record["history"][0]["time"],
+                                "changed": {"train.seed": [0, 5]}}]
