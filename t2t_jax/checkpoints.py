@@ -264,7 +264,13 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
   total = None
   for step in steps:
-    params = ckpt.restore(step, like_state).params
+    try:
+      params = ckpt.restore(step, like_state).params
+    except Exception as e:  # a damaged or foreign checkpoint: name it, average nothing
+      ckpt.close()
+      raise UserError(f"cannot average: checkpoint {os.path.join(ckpt.directory, str(step))} "
+                      f"does not restore ({type(e).__name__}: {_first_line(e)}); move it "
+                      f"away or lower average.last, then run --mode=average again") from None
     params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
     total = params if total is None else jax.tree_util.tree_map(np.add, total, params)
   mean = jax.tree_util.tree_map(lambda x: (x / len(steps)).astype(np.float32), total)

@@ -375,6 +375,11 @@ def validate(cfg: ExperimentConfig) -> None:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")
   if m.d_model % 2:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")
+  for key in ("train_split", "dev_split", "test_split"):
+    name = getattr(cfg.data, key)
+    if not name or not all(c.isalnum() or c in "_.-" for c in name) or name.startswith("."):
+      raise ConfigError(f"data.{key}: a split name is letters, digits, '_', '-' and '.' "
+                        f"(it names the cache's files), got {name!r}")
   if t.bleu_every_steps < 0:
     raise ConfigError(f"train.bleu_every_steps: must be >= 0 (0: never), "
                       f"got {t.bleu_every_steps}")

@@ -83,7 +83,10 @@ def _portable(text: str, workdir: str) -> str:
 
 
 def _write_atomic(path: str, text: str) -> None:
-  tmp = path + ".tmp"
+  """Written under a name of this process's own (two evaluations of one workdir at once
+  must not write into each other's file), then renamed into place."""
+  from t2t_jax import data_sources
+  tmp = data_sources.temporary_name(path)
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(text)
   os.replace(tmp, path)

@@ -310,6 +310,9 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
                                              source.tgt_lang, cfg.data.data_dir or None)
       _log(f"reading {split} of {source.name}")
       meta["splits"][split], meta["dropped_empty"][split] = _write_text(pairs, tmp, split)
+    if not meta["splits"][cfg.data.train_split]:
+      raise DataError(f"the training split {cfg.data.train_split!r} of {source.name} has no "
+                      f"pairs with text on both sides")
     if cfg.data.vocab_from:
       _log(f"tokenising with the vocabulary of {cfg.data.vocab_from}")
       shutil.copyfile(vocab_file(cfg), os.path.join(tmp, "spm.model"))
@@ -378,10 +381,20 @@ def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
 
 
 def workdir_vocab(workdirs: list[str]) -> str | None:
-  """The vocabulary file the first of `workdirs` that has one was trained with."""
+  """The vocabulary file the first of `workdirs` that has one was trained with, checked
+  against the sha256 recorded beside it (a damaged copy is a one-line error, not
+  SentencePiece's `unk is not defined`)."""
   for workdir in workdirs:
     path = os.path.join(workdir, WORKDIR_VOCAB)
     if os.path.exists(path):
+      recorded = path + ".sha256"
+      if os.path.exists(recorded):
+        with open(recorded) as f:
+          expected = f.read().strip()
+        if expected and file_sha256(path) != expected:
+          raise DataError(f"{path} is damaged: its sha256 is not the one recorded in "
+                          f"{recorded} when the run trained; restore it from a copy of "
+                          f"the workdir")
       return path
   return None
 

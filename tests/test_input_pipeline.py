@@ -443,3 +443,28 @@ def test_an_incomplete_cache_folder_is_replaced_not_kept(tmp_path):
   assert directory == out_dir and (Path(out_dir) / "meta.json").exists()
   assert input_pipeline.load(cfg, num_devices=1).info()["train_pairs"] > 0
   assert not list(Path(out_dir).parent.glob("*.incomplete-*"))
+
+
+def test_split_names_cannot_leave_the_cache_and_an_empty_training_split_is_named(tmp_path):
+  """Issue 45 (13): split names became file names unchecked (`../../x` wrote outside the
+  cache), and an empty training split was SentencePiece's traceback."""
+  from t2t_jax.config import ConfigError, validate
+  with pytest.raises(ConfigError, match="data.dev_split: a split name"):
+    validate(override(experiments.get("demo"), {"data.dev_split": "../../x"}))
+  folder = tmp_path / "data"
+  _write(folder, {**GOOD, "train.en": "a\n\n", "train.de": "\nb\n"})
+  with pytest.raises(UserError, match="the training split 'train' .* has no pairs"):
+    input_pipeline.load(_tiny(folder, tmp_path), num_devices=1)
+
+
+def test_a_damaged_workdir_vocabulary_is_named_not_unk_is_not_defined(tmp_path):
+  """Issue 45 (13): the recorded spm.model.sha256 was never read."""
+  cfg = override(experiments.get("demo"), {"model.vocab_size": 100})
+  cache = input_pipeline.prepared_dir(cfg)
+  input_pipeline.record_vocab(str(tmp_path), cache)
+  assert input_pipeline.workdir_vocab([str(tmp_path)]) == str(tmp_path / "spm.model")
+  with open(tmp_path / "spm.model", "r+b") as f:
+    f.seek(100)
+    f.write(b"\0\0\0\0")
+  with pytest.raises(UserError, match="spm.model is damaged"):
+    input_pipeline.load_vocab(cfg, [str(tmp_path)])

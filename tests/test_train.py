@@ -963,3 +963,18 @@ def test_a_first_run_that_failed_pins_nothing_and_changed_updates_are_recorded(t
   record = json.loads((tmp_path / "experiment.json").read_text())
   assert record["history"] == [{"from_step": 2, "time": record["history"][0]["time"],
                                 "changed": {"train.seed": [0, 5]}}]
+
+
+def test_averaging_over_a_damaged_checkpoint_is_one_line_naming_it(tmp_path):
+  """Issue 45 (13): `--mode=average` gave a traceback on a corrupt checkpoint among the last N."""
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (1, 2, 3):
+    ckpt.save(step, state)
+  ckpt.close()
+  _truncate(tmp_path / "checkpoints" / "2")
+  with pytest.raises(UserError, match=r"cannot average: checkpoint .*/2 does not restore"):
+    checkpoints.average(str(tmp_path), 3, state)
+  assert not (tmp_path / "averaged").exists()

@@ -27,6 +27,7 @@ def test_translator_from_a_workdir_is_what_the_command_line_translates(tmp_path)
   scores = [score for _, score in nbest[0]]
   assert scores == sorted(scores, reverse=True)
   assert nbest[0][0][0] == out[0]  # without MBR, the best hypothesis is the translation
+  assert tr.translate_nbest(SENTENCES[0]) == nbest[:1]  # one string is one sentence
 
   greedy = Translator.from_workdir(str(tmp_path), beam_size=1)
   assert [len(n) for n in greedy.translate_nbest(SENTENCES)] == [1, 1, 1]
