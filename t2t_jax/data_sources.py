@@ -313,6 +313,32 @@ def temporary_name(path: str) -> str:
   return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def remove_dead_temporaries(path: str) -> list[str]:
+  """Removes the `temporary_name(path)` folders of processes of this host that are gone (a
+  killed preparation's leftovers); returns them. Other hosts' temporaries are left alone."""
+  import shutil
+  import socket
+  parent, base = os.path.split(path)
+  prefix = f"{base}.tmp-{socket.gethostname()}-"
+  removed = []
+  for name in os.listdir(parent) if os.path.isdir(parent) else []:
+    if not name.startswith(prefix):
+      continue
+    pid = name[len(prefix):].split("-")[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+      continue
+    try:
+      os.kill(int(pid), 0)
+      continue  # still running
+    except ProcessLookupError:
+      pass
+    except PermissionError:
+      continue  # someone else's live process
+    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    removed.append(name)
+  return removed
+
+
 def publish_dir(tmp: str, path: str, marker: str | None = None) -> None:
   """Renames the finished directory `tmp` to `path`; if another process published `path`
   first, keeps theirs and removes `tmp`. With `marker` (a file every finished directory has),

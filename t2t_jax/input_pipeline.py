@@ -356,6 +356,8 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
   out_dir, splits = _prepared_dir(cfg, source)
   if not os.path.exists(os.path.join(out_dir, "meta.json")):
     os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    for name in data_sources.remove_dead_temporaries(out_dir):
+      _log(f"removed {name}, left by a preparation that was killed")
     _prepare(cfg, source, out_dir, splits)
   return out_dir
 

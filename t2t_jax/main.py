@@ -189,8 +189,16 @@ def main(argv: list[str]) -> None:
 def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
   from t2t_jax import evaluate, train
-  _, stopped_by, finished = train.train_and_evaluate(cfg, workdir)
   again = _this_command()
+  try:
+    # Before and after its loop (data preparation, restore, compilation) a SIGTERM stops the
+    # command at once: preparation removes its temporary folder, nothing else is half-written.
+    with _sigterm_stops():
+      _, stopped_by, finished = train.train_and_evaluate(cfg, workdir)
+  except _Stopped:
+    print(f"stopped on SIGTERM outside the training loop; nothing was lost. Resume with: "
+          f"{again}", flush=True)
+    return
   if stopped_by:
     print(f"resume with: {again}", flush=True)
     return
@@ -219,7 +227,8 @@ def _this_command() -> str:
 
 
 class _Stopped(Exception):
-  """A SIGTERM arrived while a finished run was averaging or decoding."""
+  """A SIGTERM arrived outside the training loop (which handles its own): while preparing
+  data, or while a finished run was averaging or decoding."""
 
 
 @contextlib.contextmanager

@@ -297,3 +297,29 @@ def test_sigterm_during_the_final_decode_stops_cleanly_and_the_same_command_deco
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming from checkpoint 10" in r.stdout
   assert json.loads((workdir / "eval" / "valid.json").read_text())["num_sentences"] > 0
+
+
+def test_sigterm_during_data_preparation_exits_0_and_leaves_no_temporary(tmp_path):
+  """Issue 45 (8): a SIGTERM while the corpus was being prepared exited 143 and left the
+  cache's .tmp-* folder behind forever; a killed preparation's leftovers are cleared by the
+  next one on the host."""
+  import socket
+  env = {**ENV, "T2T_JAX_DATA_DIR": str(tmp_path / "cache")}
+  proc = subprocess.Popen(_cmd(tmp_path / "run", "train"), cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  while True:  # the first line preparation prints: the cache's temporary folder exists
+    line = proc.stderr.readline()
+    assert line, "the command ended before preparing data"
+    if line.startswith("reading "):
+      break
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-2000:]
+  assert "stopped on SIGTERM outside the training loop" in out and "Resume with:" in out
+  assert not list((tmp_path / "cache").rglob("*.tmp-*"))
+
+  dead = tmp_path / "cache" / "x" / f"v1.tmp-{socket.gethostname()}-999999-abc"
+  dead.mkdir(parents=True)
+  from t2t_jax import data_sources
+  assert data_sources.remove_dead_temporaries(str(dead.parent / "v1")) == [dead.name]
+  assert not dead.exists()
