@@ -30,6 +30,17 @@ class Source:
   tgt_lang: str
 
 
+def spec_languages(spec: str) -> tuple[str, str] | None:
+  """The direction a spec names, read from its text alone (no folder is opened), or None."""
+  if spec == "demo":
+    return DEMO_SRC, DEMO_TGT
+  tail = spec.rpartition(":")[2]
+  if spec.count(":") >= 2 and "-" in tail and "/" not in tail:
+    src, tgt = tail.split("-", 1)
+    return src, tgt
+  return None
+
+
 def parse_spec(spec: str) -> Source:
   """`tfds:NAME:SRC-TGT`, `hf:NAME[/CONFIG]:SRC-TGT`, `folder:PATH[:SRC-TGT]` or `demo`."""
   if spec == "demo":

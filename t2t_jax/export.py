@@ -219,9 +219,8 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
   tmp = data_sources.temporary_name(output)
   os.makedirs(tmp)
   try:
-    source = data_sources.parse_spec(cfg.data.dataset)
-    vocab_size = tokenizer_files(spm_path, tmp, source.src_lang, source.tgt_lang,
-                                 cfg.model.vocab_size)
+    src_lang, tgt_lang = data_sources.spec_languages(cfg.data.dataset) or ("src", "tgt")
+    vocab_size = tokenizer_files(spm_path, tmp, src_lang, tgt_lang, cfg.model.vocab_size)
     if vocab_size > cfg.model.vocab_size:
       raise UserError(f"export: the vocabulary has {vocab_size} pieces, more than the "
                       f"model's {cfg.model.vocab_size} rows")

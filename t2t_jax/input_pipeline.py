@@ -416,14 +416,14 @@ def check_vocab(workdirs: list[str], cache_dir: str) -> None:
 
 
 def load_vocab(cfg: ExperimentConfig, workdirs: list[str] = ()) -> Vocabulary:
-  """The vocabulary the workdirs were trained with (their own copy; no data cache needed),
-  else the experiment's cached one (prepared on first use)."""
+  """The vocabulary the workdirs were trained with: their own copy, checked against its
+  recorded sha256. Inference reads only the workdir: no corpus, no data cache, nothing
+  prepared or written elsewhere, so a workdir copied alone to another machine translates."""
+  del cfg
   path = workdir_vocab(list(workdirs))
   if path is None:
-    return Vocabulary(os.path.join(prepared_dir(cfg), "spm.model"))
-  cache_dir = existing_cache(cfg)
-  if cache_dir:
-    check_vocab(list(workdirs), cache_dir)
+    raise DataError(f"{', '.join(workdirs)} has no {WORKDIR_VOCAB}: train there first (the "
+                    f"first training run records the vocabulary in the workdir)")
   return Vocabulary(path)
 
 

@@ -149,7 +149,8 @@ def main(argv: list[str]) -> None:
   start_distributed()
   from t2t_jax import input_pipeline, train
   cfg = train.with_recorded_vocabulary(cfg, workdir)
-  cfg = input_pipeline.resolve_splits(cfg)
+  if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read
+    cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
   if FLAGS.splits and FLAGS.mode != "eval":
     raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
   splits = eval_splits(cfg, FLAGS.splits)

@@ -323,3 +323,35 @@ def test_sigterm_during_data_preparation_exits_0_and_leaves_no_temporary(tmp_pat
   from t2t_jax import data_sources
   assert data_sources.remove_dead_temporaries(str(dead.parent / "v1")) == [dead.name]
   assert not dead.exists()
+
+
+def test_a_workdir_copied_alone_translates_scores_and_exports_without_its_corpus(tmp_path):
+  """Issue 45 (11): inference needed the training corpus folder (its recorded `folder:` path)
+  and prepared data when the cache was gone. Now a workdir copied to another place, its
+  corpus and cache deleted, translates, scores and exports, and writes nothing outside."""
+  import shutil
+  from t2t_jax import data_sources
+  corpus = tmp_path / "corpus"
+  source = data_sources.parse_spec("demo")
+  demo = tmp_path / "demo_corpus"
+  data_sources.write_demo_folder(str(demo))
+  shutil.copytree(demo, corpus)
+  env = {**ENV, "T2T_JAX_DATA_DIR": str(tmp_path / "cache")}
+  spec = f"--dataset=folder:{corpus}:{source.src_lang}-{source.tgt_lang}"
+  r = subprocess.run(_cmd(tmp_path / "run", "train", **{"train.steps": 10}) + [spec], cwd=REPO,
+                     env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  shutil.copytree(tmp_path / "run", tmp_path / "elsewhere")
+  for gone in ("run", "corpus", "cache"):
+    shutil.rmtree(tmp_path / gone)
+  env["T2T_JAX_DATA_DIR"] = str(tmp_path / "new_cache")
+  outside_before = sorted(p.name for p in tmp_path.iterdir())
+  for mode, extra, text in (("translate", [], "ta suda.\n"),
+                            ("score", [], "ta suda.\tla\n"),
+                            ("export", [f"--output={tmp_path / 'elsewhere' / 'hf'}"], "")):
+    r = subprocess.run(_cmd(tmp_path / "elsewhere", mode, **{"train.steps": 10}) + [spec] +
+                       extra, cwd=REPO, env=env, input=text, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, (mode, r.stderr[-3000:])
+  assert sorted(p.name for p in tmp_path.iterdir()) == outside_before  # nothing new outside
+  assert (tmp_path / "elsewhere" / "hf" / "vocab.json").exists()
