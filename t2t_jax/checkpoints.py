@@ -105,23 +105,44 @@ class Checkpointer:
         continue
       if failed is not None:
         self._set_aside(failed[0], failed[1], failed[2])
-      self._agree_on_steps()
       return restored, step
     if failed is not None:
       raise UserError(f"checkpoint {failed[1]}, the only one, fails to restore "
                       f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was "
                       f"moved. Fix the cause, or move it away to start again from step 0") \
           from None
-    self._agree_on_steps()
     return None
 
-  def _agree_on_steps(self) -> None:
-    """After process 0 has set broken checkpoints aside, every process lists the same steps
-    (saving is collective: a process that still listed a moved step would skip its save)."""
+  def agree(self, restored: tuple[Any, int] | None, error: str | None, fingerprint: int
+            ) -> tuple[Any, int] | None:
+    """After each process's `restore_latest`: in a multi-process job, every process checks
+    that all of them restored, the same step, with the same config (`fingerprint`), and a
+    failure on any process is the same one-line error on all of them (none is left waiting
+    for the others). Then every process lists the same steps (process 0 may have set one
+    aside; saving is collective, and a process still listing a moved step would skip it)."""
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils
-      multihost_utils.sync_global_devices("t2t_jax: checkpoints restored")
+      mine = np.array([0 if error else 1, restored[1] if restored else -1, fingerprint],
+                      np.int32)
+      every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 3)
+      self._manager.reload()
+      if error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+      failed = [i for i, row in enumerate(every) if row[0] == 0]
+      if failed:
+        raise UserError(f"process(es) {failed} of {len(every)} could not restore a checkpoint "
+                        f"in {self.directory} (see their error lines); every process stops")
+      if len(set(every[:, 1].tolist())) > 1:
+        raise UserError(f"the processes restored different checkpoints "
+                        f"({every[:, 1].tolist()}, -1: none) from {self.directory}; the "
+                        f"workdir must be one folder that every host shares")
+      if len(set(every[:, 2].tolist())) > 1:
+        raise UserError("the processes run different configurations: every process of a "
+                        "job must run the same command (the same --experiment and --set)")
     self._manager.reload()
+    if error:
+      raise UserError(error)
+    return restored
 
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
     """A checkpoint whose own files are broken: process 0 moves it out of the way, to a new

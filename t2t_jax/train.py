@@ -404,6 +404,13 @@ UPDATE_FIELDS = ("seed", "tokens_per_step", "learning_rate_scale", "warmup_steps
                  "adam_b2", "adam_eps", "cooldown_steps", "cooldown_minutes")
 
 
+def config_fingerprint(cfg: ExperimentConfig) -> int:
+  """A 31-bit hash of the whole config: the processes of one job must all run the same one."""
+  import hashlib
+  text = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
+  return int(hashlib.sha256(text.encode()).hexdigest()[:7], 16)
+
+
 def has_checkpoints(workdir: str) -> bool:
   directory = os.path.join(workdir, "checkpoints")
   return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
@@ -665,7 +672,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   n_params = model.count_params(state.params)
   ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
                                   async_save=t.async_checkpoints)
-  restored = ckpt.restore_latest(state)
+  try:
+    restored, error = ckpt.restore_latest(state), None
+  except UserError as e:  # raised below, on every process at once
+    restored, error = None, str(e)
+  restored = ckpt.agree(restored, error, config_fingerprint(cfg))
   start_step = 0
   if restored is not None:
     state, start_step = restored

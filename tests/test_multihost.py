@@ -108,3 +108,20 @@ def test_a_truncated_checkpoint_is_set_aside_once_and_both_processes_resume_toge
   assert (tmp_path / "corrupt_checkpoint_6").is_dir()
   assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()
                 if p.name.isdigit()) == [3, 6]
+
+
+def test_processes_that_disagree_all_stop_with_one_error_instead_of_training_apart(tmp_path):
+  """Issue 45 (4): restore checked only that every process arrived. Processes running
+  different configurations (here another seed) trained diverged; now every process stops
+  with the same one-line error, none left waiting."""
+  port = _free_port()
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  procs = [subprocess.Popen(
+      _train_cmd(tmp_path / "run", 3, {"train.final_eval": False, "train.seed": i}) +
+      [f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 2, out[-3000:]
+    assert "error: the processes run different configurations" in out, out[-3000:]
