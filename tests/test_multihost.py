@@ -20,9 +20,9 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _run_two_processes(workdir, steps, extra):
+def _run_two_processes(workdir, steps, extra, devices=4):
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(devices)}
   procs = [subprocess.Popen(
       _train_cmd(workdir, steps, extra) + [f"--coordinator_address=localhost:{port}",
                                            "--num_processes=2", f"--process_id={i}"],
@@ -125,3 +125,32 @@ def test_processes_that_disagree_all_stop_with_one_error_instead_of_training_apa
   for p, out in zip(procs, outs):
     assert p.returncode == 2, out[-3000:]
     assert "error: the processes run different configurations" in out, out[-3000:]
+
+
+def test_a_run_preempted_on_8_devices_resumes_on_4_or_on_2_processes_of_2(tmp_path):
+  """Issue 45 (17): the step does not depend on the device layout (each example's dropout
+  follows its place in the global batch), so a resumed run may have another device count
+  and still take the same updates."""
+  extra = {"train.final_eval": False, "train.checkpoint_every_steps": 3,
+           "train.learning_rate_scale": 30.0, "model.dropout": 0.1}
+
+  def single(workdir, steps, devices):
+    r = subprocess.run(_train_cmd(workdir, steps, extra), cwd=REPO, capture_output=True,
+                       text=True, env={**os.environ, "XLA_FLAGS": DEVICES.format(devices)},
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+  single(tmp_path / "full", 6, 8)
+  single(tmp_path / "four", 3, 8)
+  assert "resuming from checkpoint 3" in single(tmp_path / "four", 6, 4)
+  single(tmp_path / "two_by_two", 3, 8)
+  outs = _run_two_processes(tmp_path / "two_by_two", 6, extra, devices=2)
+  assert all("resuming from checkpoint 3" in out for out in outs)
+  cfg = tiny_cfg()
+  full, _ = _final_params(tmp_path / "full", cfg)
+  for other in ("four", "two_by_two"):
+    params, step = _final_params(tmp_path / other, cfg)
+    assert step == 6
+    for a, b in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(params)):
+      np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
