@@ -102,6 +102,10 @@ def any_process(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]
   return [bool(x) for x in every[:, :-1].max(axis=0)], float(every[:, -1].max())
 
 
+class WaitStopped(Exception):
+  """A stop was requested while `Prefetcher.__next__` waited for a batch."""
+
+
 class Prefetcher:
   """Yields `produce(start)`, `produce(start + 1)`, ... placed on the devices, each made
   ahead in a background thread while the devices run the step before it.
@@ -114,7 +118,11 @@ class Prefetcher:
   """
 
   def __init__(self, produce: Callable[[int], Any], start: int, size: int,
-               place: Callable[[Any], Any]):
+               place: Callable[[Any], Any], stop_requested: Callable[[], bool] = lambda: False):
+    """`stop_requested`: polled while `next()` waits, so that a stop (a SIGTERM) is not held
+    up by an input thread that hangs (a stalled network filesystem): `next()` then raises
+    `WaitStopped`."""
+    self._stop_requested = stop_requested
     self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
     self._stop = threading.Event()
     self.wait_sec = 0.0
@@ -154,6 +162,8 @@ class Prefetcher:
       except queue.Empty:
         if not self._thread.is_alive():
           raise RuntimeError("the input thread ended without a batch or an error") from None
+        if self._stop_requested():
+          raise WaitStopped from None
     self.wait_sec += time.perf_counter() - start
     if isinstance(item, _Failure):
       self.close()
@@ -161,8 +171,10 @@ class Prefetcher:
     return item
 
   def close(self) -> None:
+    # A thread that hangs in `produce` (the reason to stop, maybe) is a daemon: it is left
+    # behind after a short wait rather than holding up the exit.
     self._stop.set()
-    self._thread.join(timeout=60)
+    self._thread.join(timeout=10)
 
 
 class _Failure:

@@ -729,15 +729,22 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   profiler = Profiler(t.profile_steps, workdir, start_step)
   dev_bleu = (DevBleu(cfg, ds, parallel.unreplicate(state.params))
               if t.bleu_every_steps and jax.process_index() == 0 else None)
+  stop_box: list[StopRequest] = []  # the stop handler, once the loop has installed it
   batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
-                                place=functools.partial(parallel.shard, n_devices=n_dev))
+                                place=functools.partial(parallel.shard, n_devices=n_dev),
+                                stop_requested=lambda: bool(stop_box) and
+                                stop_box[0].signal_name is not None)
   try:
     with StopRequest() as stop, CompileCounter() as compiles:
+      stop_box.append(stop)
       for step in range(start_step + 1, t.steps + 1):
         if budget_spent:
           break
         cpu, compiled = time.thread_time(), compiles.count
-        batch = next(batches)
+        try:
+          batch = next(batches)
+        except parallel.WaitStopped:  # the input hangs and a signal asks to stop: stop now
+          break
         if lr_factor != factor_value:  # changes only in a time-budget cooldown
           factor_value = lr_factor
           factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)

@@ -978,3 +978,25 @@ def test_averaging_over_a_damaged_checkpoint_is_one_line_naming_it(tmp_path):
   with pytest.raises(UserError, match=r"cannot average: checkpoint .*/2 does not restore"):
     checkpoints.average(str(tmp_path), 3, state)
   assert not (tmp_path / "averaged").exists()
+
+
+def test_a_stop_request_is_not_held_up_by_an_input_thread_that_hangs():
+  """Issue 45 (13): `next()` waited forever on a producer stuck on a stalled filesystem, so
+  a SIGTERM's stop never came."""
+  import threading
+  stuck, stop = threading.Event(), threading.Event()
+
+  def produce(step):
+    if step == 1:
+      stuck.wait()  # a read that never returns
+    return {"x": np.full((1,), step)}
+  batches = parallel.Prefetcher(produce, start=0, size=1, place=lambda b: b,
+                                stop_requested=stop.is_set)
+  assert int(next(batches)["x"][0]) == 0
+  threading.Timer(0.3, stop.set).start()
+  start = time.time()
+  with pytest.raises(parallel.WaitStopped):
+    next(batches)
+  assert time.time() - start < 5
+  stuck.set()
+  batches.close()
