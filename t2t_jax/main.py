@@ -145,6 +145,10 @@ def main(argv: list[str]) -> None:
                      "train multi-host members one by one and decode them with --ensemble")
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
+  if "://" in FLAGS.workdir:  # os.path would make gs://b/run a local folder named gs:
+    raise UsageError(f"--workdir={FLAGS.workdir}: object-store paths are not supported; "
+                     f"mount the bucket (gcsfuse, s3fs) or a shared filesystem and give its "
+                     f"local path (experiments/launch/tpu_vm.sh says what is safe)")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
   start_distributed()
   from t2t_jax import input_pipeline, train

@@ -97,3 +97,13 @@ def test_override_parses_types_and_keeps_config_frozen():
   new = override(cfg, {"train.steps": "1e3", "model.dropout": "0.2", "model.dtype": "bfloat16"})
   assert (new.train.steps, new.model.dropout, new.model.dtype) == (1000, 0.2, "bfloat16")
   assert cfg.train.steps == 100_000
+
+
+def test_an_object_store_workdir_is_refused_not_made_a_local_folder(tmp_path):
+  """Issue 45 (15): `--workdir=gs://...` became a local folder named `gs:` that vanished with
+  the VM, checkpoints and all."""
+  r = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=demo",
+                      "--workdir=gs://bucket/run"], cwd=tmp_path, capture_output=True,
+                     text=True, timeout=120)
+  assert r.returncode == 2 and "object-store paths are not supported" in r.stderr
+  assert not (tmp_path / "gs:").exists()

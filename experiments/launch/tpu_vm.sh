@@ -8,7 +8,13 @@
 #   TPU_NAME=my-v3-32 ZONE=europe-west4-a EXPERIMENT=big_enfr bash experiments/launch/tpu_vm.sh eval
 #
 # WORKDIR must be one directory all hosts share: mount a Filestore (NFS) share or a
-# gcsfuse bucket at the same path on every host. A v3-8 (one host) needs no --distributed.
+# gcsfuse bucket at the same path on every host (a gs:// --workdir is refused: it would
+# become a local folder that vanishes with the VM). A v3-8 (one host) needs no --distributed.
+# On gcsfuse a directory rename is not atomic: a host killed while a checkpoint is renamed
+# into place can leave a partial checkpoint folder. The next start finds that it does not
+# restore, sets it aside and resumes from the one before, so no step is lost but that
+# checkpoint's; averaging and evaluation read only complete checkpoints. Filestore (NFS) has
+# atomic renames and none of this.
 
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
