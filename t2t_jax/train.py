@@ -729,10 +729,12 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   profiler = Profiler(t.profile_steps, workdir, start_step)
   dev_bleu = (DevBleu(cfg, ds, parallel.unreplicate(state.params))
               if t.bleu_every_steps and jax.process_index() == 0 else None)
-  stop_box: list[StopRequest] = []  # the stop handler, once the loop has installed it
+  # The stop handler, once the loop has installed it. One process alone may stop while its
+  # input hangs; the processes of a job stop together, at an agreed step.
+  stop_box: list[StopRequest] = []
   batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
                                 place=functools.partial(parallel.shard, n_devices=n_dev),
-                                stop_requested=lambda: bool(stop_box) and
+                                stop_requested=lambda: single and bool(stop_box) and
                                 stop_box[0].signal_name is not None)
   try:
     with StopRequest() as stop, CompileCounter() as compiles:
