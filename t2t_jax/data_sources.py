@@ -128,7 +128,8 @@ def folder_fingerprint(source: Source, splits: list[str], memo_path: str | None 
 
 def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | None]:
   """Both sides of a folder split, streamed line by line and checked as they come: each
-  pair whitespace-stripped, or None for a pair with an empty side (dropped, counted).
+  pair whitespace-stripped (either side may be empty: training drops such pairs, held-out
+  splits keep them).
 
   Invalid UTF-8 or a line count that differs between the two files raises a one-line
   DataError naming the file (and line), wherever in the file it is.
@@ -153,13 +154,13 @@ def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | No
         raise DataError(f"line counts differ: {paths[0]} has {counts[0]} lines, "
                         f"{paths[1]} has {counts[1]}")
       src, tgt = decode(a, paths[0], number), decode(b, paths[1], number)
-      yield (src, tgt) if src and tgt else None
+      yield src, tgt
 
 
 def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None,
                     download: bool = True) -> Iterator[tuple[str, str] | None]:
   """The pairs of a tfds split as text, streamed and keyed by language (so direction is
-  explicit); None for a pair with an empty side."""
+  explicit); a side may be empty (the reader decides what to keep)."""
   tfds = _optional("tensorflow_datasets", "tfds", "the tfds: source")
   try:
     builder = tfds.builder(name, data_dir=data_dir)
@@ -173,7 +174,7 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
     if src_lang not in ex or tgt_lang not in ex:
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
     src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
-    yield (src, tgt) if src and tgt else None
+    yield src, tgt
 
 
 def _optional(module: str, extra: str, what: str) -> Any:
@@ -200,7 +201,7 @@ def iter_hf_pairs(name: str, split: str, src_lang: str, tgt_lang: str
   """The pairs of a Hugging Face `datasets` split, streamed: a Hub dataset (downloaded and
   cached by `datasets`) or a folder written by `save_to_disk`. Rows are either translation
   dicts (`{"translation": {"en": ..., "de": ...}}`, the Hub's translation datasets) or one
-  column per language. None for a pair with an empty side."""
+  column per language. A side may be empty (the reader decides what to keep)."""
   datasets = _optional("datasets", "hf", "the hf: source")
   repo, config = hf_name_and_config(name)
   try:
@@ -226,7 +227,7 @@ def iter_hf_pairs(name: str, split: str, src_lang: str, tgt_lang: str
     if src_lang not in pair or tgt_lang not in pair:
       raise DataError(f"hf:{name} rows have {sorted(pair)}, not {src_lang} and {tgt_lang}")
     src, tgt = str(pair[src_lang]).strip(), str(pair[tgt_lang]).strip()
-    yield (src, tgt) if src and tgt else None
+    yield src, tgt
 
 
 # ---------------------------------------------------------------------------

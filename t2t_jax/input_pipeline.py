@@ -42,7 +42,7 @@ from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 from t2t_jax.vocab import Vocabulary
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: held-out pairs with an empty side are kept (aligned lines)
 
 
 def default_data_dir() -> str:
@@ -182,13 +182,16 @@ def resolve_splits(cfg: ExperimentConfig) -> ExperimentConfig:
       if changes else cfg
 
 
-def _write_text(pairs, tmp: str, split: str) -> tuple[int, int]:
-  """Streams a split's kept pairs to `<split>.src.txt` / `.tgt.txt`; (kept, dropped)."""
+def _write_text(pairs, tmp: str, split: str, keep_empty: bool) -> tuple[int, int]:
+  """Streams a split's pairs to `<split>.src.txt` / `.tgt.txt`; (kept, dropped). Pairs with
+  an empty side are dropped from training data, and kept in held-out splits (`keep_empty`),
+  whose lines must stay aligned with their files: an empty source translates to an empty
+  line there."""
   kept = dropped = 0
   with open(os.path.join(tmp, f"{split}.src.txt"), "w", encoding="utf-8", newline="\n") as fs, \
        open(os.path.join(tmp, f"{split}.tgt.txt"), "w", encoding="utf-8", newline="\n") as ft:
     for pair in pairs:
-      if pair is None:
+      if not keep_empty and not (pair[0] and pair[1]):
         dropped += 1
         continue
       fs.write(_one_line(pair[0]))
@@ -309,7 +312,8 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
         pairs = data_sources.iter_tfds_pairs(source.name, split, source.src_lang,
                                              source.tgt_lang, cfg.data.data_dir or None)
       _log(f"reading {split} of {source.name}")
-      meta["splits"][split], meta["dropped_empty"][split] = _write_text(pairs, tmp, split)
+      meta["splits"][split], meta["dropped_empty"][split] = _write_text(
+          pairs, tmp, split, keep_empty=split != cfg.data.train_split)
     if not meta["splits"][cfg.data.train_split]:
       raise DataError(f"the training split {cfg.data.train_split!r} of {source.name} has no "
                       f"pairs with text on both sides")

@@ -469,3 +469,25 @@ def test_a_damaged_workdir_vocabulary_is_named_not_unk_is_not_defined(tmp_path):
     f.write(b"\0\0\0\0")
   with pytest.raises(UserError, match="spm.model is damaged"):
     input_pipeline.load_vocab(cfg, [str(tmp_path)])
+
+
+def test_held_out_lines_stay_aligned_with_their_files_through_eval(tmp_path):
+  """Issue 45 (12): pairs with an empty side were dropped from dev and test too, so
+  eval/<split>.hyp was not aligned with the test file and BLEU silently used a subset. They
+  are dropped from training only; an empty source translates to an empty line."""
+  from t2t_jax import evaluate, train
+  folder = tmp_path / "data"
+  _write(folder, {"train.en": "a b\nc d\n\ne f\n" * 20, "train.de": "x y\nz w\nq\nv u\n" * 20,
+                  "valid.en": "a\n\nc d\n", "valid.de": "x\ny\n\n",
+                  "test.en": "c\n\na b\n", "test.de": "z\nw\nx y\n"})
+  cfg = override(_tiny(folder, tmp_path), {
+      "model.num_layers": 1, "model.d_model": 16, "model.d_ff": 16, "model.num_heads": 2,
+      "model.d_k": 8, "model.d_v": 8, "train.steps": 2, "train.final_eval": False})
+  ds = input_pipeline.load(cfg, num_devices=1)
+  assert ds.info()["dropped_empty"] == {"train": 20, "valid": 0, "test": 0}
+  assert ds.raw("test") == (["c", "", "a b"], ["z", "w", "x y"])
+  assert ds.raw("valid") == (["a", "", "c d"], ["x", "y", ""])
+  train.train_and_evaluate(cfg, str(tmp_path / "run"))
+  evaluate.run_eval(cfg, str(tmp_path / "run"), splits=["test"], ds=ds)
+  hyps = (tmp_path / "run" / "eval" / "test.hyp").read_text().split("\n")[:-1]
+  assert len(hyps) == 3 and hyps[1] == ""
