@@ -316,7 +316,8 @@ def checkpoint_identity(directory: str, step: int) -> list[int]:
   return [info.st_ino, info.st_mtime_ns]
 
 
-def _average_is_current(record: dict[str, Any], directory: str, steps: list[int]) -> str | None:
+def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[int]
+                          ) -> str | None:
   """None when the average's checkpoints are the ones listed now, else why not."""
   identity = record.get("identity")
   if identity is None:
@@ -347,9 +348,9 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
       with open(os.path.join(avg, "averaged.json")) as f:
         record = json.load(f)
       steps = record["steps"]
-      changed = _average_is_current(record, ckpt.directory, ckpt.steps()) if ckpt else None
-      if changed:
-        print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but {changed}; "
+      stale = _why_average_is_stale(record, ckpt.directory, ckpt.steps()) if ckpt else None
+      if stale:
+        print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but {stale}; "
               f"using checkpoint {newest} (run --mode=average to average the new "
               f"checkpoints)", file=sys.stderr, flush=True)
       elif not scheduled or scheduled[-1] <= steps[-1]:

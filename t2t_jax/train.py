@@ -383,10 +383,9 @@ def initial_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation
                   ) -> TrainState:
   """A new run's state: fresh parameters, or `train.init_from`'s with a fresh optimiser and
   step 0 (fine-tuning)."""
-  source = cfg.train.init_from
+  source = cfg.train.init_from  # checked by `check_init_from` before any data preparation
   if not source:
     return init_state(cfg, optimizer)
-  check_init_from(cfg)
   loaded = checkpoints.load_params_for_inference(source, cfg)
   if loaded is None:
     raise UserError(f"train.init_from: {source} has no checkpoint to start from")
