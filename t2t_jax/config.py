@@ -332,6 +332,12 @@ def parse_set_flags(items: list[str]) -> dict[str, str]:
   return changes
 
 
+def is_split_name(name: str) -> bool:
+  """Letters, digits, '_', '-' and '.', not leading '.': a split names cache and output
+  files, so it must not reach outside their folder."""
+  return bool(name) and all(c.isalnum() or c in "_.-" for c in name) and not name.startswith(".")
+
+
 def validate(cfg: ExperimentConfig) -> None:
   """Checks values that are well-typed but meaningless, before any work starts."""
   m, t, d = cfg.model, cfg.train, cfg.decode
@@ -377,7 +383,7 @@ def validate(cfg: ExperimentConfig) -> None:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")
   for key in ("train_split", "dev_split", "test_split"):
     name = getattr(cfg.data, key)
-    if not name or not all(c.isalnum() or c in "_.-" for c in name) or name.startswith("."):
+    if not is_split_name(name):
       raise ConfigError(f"data.{key}: a split name is letters, digits, '_', '-' and '.' "
                         f"(it names the cache's files), got {name!r}")
   if t.bleu_every_steps < 0:

@@ -7,12 +7,14 @@ corpus of any size reads in constant memory), and `demo` as a generated folder.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import json
 import os
 import random
+import re
 from typing import Any, Iterator
 
 from t2t_jax.errors import UserError
@@ -169,12 +171,23 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
     ds = builder.as_dataset(split=split, shuffle_files=False)
   except Exception as e:  # tfds raises many types; one line is what a user needs
     raise DataError(f"tfds:{name} split {split!r}: {type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                    f"{_tfds_message(str(e))}") from None
   for ex in tfds.as_numpy(ds):
     if src_lang not in ex or tgt_lang not in ex:
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
     src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
     yield src, tgt
+
+
+def _tfds_message(text: str, most: int = 20) -> str:
+  """tfds's error as one line, unless it says what to download by hand (datasets with a
+  manual download): then every line of those instructions, which a user cannot do without."""
+  lines = [l.rstrip() for l in text.splitlines() if l.strip()]
+  if not lines:
+    return ""
+  if len(lines) > 1 and re.search(r"manual|download", text, re.IGNORECASE):
+    return "\n".join(lines[:most])
+  return lines[0]
 
 
 def _optional(module: str, extra: str, what: str) -> Any:
@@ -349,6 +362,25 @@ def remove_dead_temporaries(path: str) -> list[str]:
     shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     removed.append(name)
   return removed
+
+
+@contextlib.contextmanager
+def host_lock(path: str) -> Iterator[None]:
+  """An exclusive `flock` on `path` for the block: processes of one machine that share a
+  folder take turns. Where the filesystem has no locks (some FUSE mounts), the block runs
+  unlocked; `publish_dir` still keeps one complete result."""
+  import fcntl
+  try:
+    f = open(path, "a")
+  except OSError:
+    yield
+    return
+  with f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX)
+    except OSError:
+      pass
+    yield
 
 
 def publish_dir(tmp: str, path: str, marker: str | None = None) -> None:

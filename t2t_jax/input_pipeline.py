@@ -49,6 +49,20 @@ def default_data_dir() -> str:
   return os.environ.get("T2T_JAX_DATA_DIR") or os.path.expanduser("~/.cache/t2t_jax")
 
 
+def tfds_data_dir(cfg: ExperimentConfig) -> str | None:
+  """Where tfds downloads and builds: the data folder the user named (data.data_dir, else
+  T2T_JAX_DATA_DIR), so a cluster's shared or scratch disk holds it; with neither, tfds's own
+  default (TFDS_DATA_DIR, else ~/tensorflow_datasets), where earlier downloads already lie."""
+  return cfg.data.data_dir or os.environ.get("T2T_JAX_DATA_DIR") or None
+
+
+def _splits_key(cfg: ExperimentConfig) -> str:
+  """The prepared splits in a cache folder's name: a tfds or hf cache holds only these, and
+  other splits are other data (split names are checked to be safe in a file name)."""
+  return "+".join(dict.fromkeys([cfg.data.train_split, cfg.data.dev_split,
+                                 cfg.data.test_split]))
+
+
 def bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.1) -> list[int]:
   """8, 9, 10, ..., growing by ~10% (T2T), ending exactly at `max_length`."""
   bounds, x = [], min_length
@@ -100,16 +114,20 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
   root = cfg.data.data_dir or default_data_dir()
   splits = None
   if source.kind == "tfds":
-    key = f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
+    key = (f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
+           f"-{_splits_key(cfg)}")
   elif source.kind == "hf":
     where = source.name
     if os.path.isdir(where):  # a saved dataset: its content's identity, not its path
       where = os.path.basename(where.rstrip("/")) + "-" + _saved_dataset_fingerprint(where)
-    key = f"hf-{where.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
+    key = f"hf-{where.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}-{_splits_key(cfg)}"
   else:
     splits = data_sources.folder_splits(source)
     base = os.path.basename(source.name.rstrip("/")) or "folder"
-    content = data_sources.folder_fingerprint(source, splits, os.path.join(root, FOLDER_HASHES))
+    # Only the splits the cache holds: a test set added to the folder later (to evaluate on)
+    # must not orphan a prepared corpus.
+    held = [s for s in _splits_key(cfg).split("+") if s in splits]
+    content = data_sources.folder_fingerprint(source, held, os.path.join(root, FOLDER_HASHES))
     key = f"{source.kind}-{base}-{source.src_lang}-{source.tgt_lang}-{content}"
   if cfg.data.vocab_from:
     vocab_key = f"v{CACHE_VERSION}-from{file_sha256(vocab_file(cfg))[:16]}"
@@ -280,6 +298,46 @@ def _train_vocabulary(cfg: ExperimentConfig, meta: dict[str, Any], tmp: str, sta
   return vocab, sampled
 
 
+def _source_pairs(cfg: ExperimentConfig, source: Source, split: str,
+                  splits: list[str] | None) -> Iterator[tuple[str, str]]:
+  """A split's text pairs, streamed from wherever the source keeps them (`splits`: a
+  folder's split names)."""
+  if source.kind == "folder":
+    if split not in splits:
+      lang_files = [os.path.join(source.name, f"{split}.{lang}")
+                    for lang in (source.src_lang, source.tgt_lang)]
+      missing = [p for p in lang_files if not os.path.exists(p)]
+      raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name}; it has "
+                      f"{', '.join(splits)})")
+    return data_sources.iter_pair_files(source, split)
+  if source.kind == "hf":
+    return data_sources.iter_hf_pairs(source.name, split, source.src_lang, source.tgt_lang)
+  return data_sources.iter_tfds_pairs(source.name, split, source.src_lang, source.tgt_lang,
+                                      tfds_data_dir(cfg))
+
+
+def source_splits(cfg: ExperimentConfig) -> list[str] | None:
+  """The split names a folder source has; None for tfds and hf (known once read)."""
+  source = resolve_source(cfg)
+  return data_sources.folder_splits(source) if source.kind == "folder" else None
+
+
+def held_out_text(cfg: ExperimentConfig, split: str) -> tuple[list[str], list[str]]:
+  """Source and reference lines of a split the cache was not prepared with, read from the
+  data source: another test set of a trained run (newstest2015 beside newstest2014) needs
+  only its text, since decoding tokenises the sources itself. Every line is kept, empty
+  ones too, so the outputs stay aligned with the split's files."""
+  source = resolve_source(cfg)
+  splits = data_sources.folder_splits(source) if source.kind == "folder" else None
+  src, tgt = [], []
+  for a, b in _source_pairs(cfg, source, split, splits):
+    src.append(a)
+    tgt.append(b)
+  if not src:
+    raise DataError(f"split {split!r} of {source.name} is empty")
+  return src, tgt
+
+
 def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[str] | None
              ) -> None:
   """Builds the cache in a temporary directory and renames it into place when complete.
@@ -298,19 +356,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     wanted = [cfg.data.train_split, cfg.data.dev_split, cfg.data.test_split]
     meta = {"source": dataclasses.asdict(source), "dropped_empty": {}, "splits": {}}
     for split in dict.fromkeys(wanted):
-      if source.kind == "folder":
-        if split not in splits:
-          lang_files = [os.path.join(source.name, f"{split}.{lang}")
-                        for lang in (source.src_lang, source.tgt_lang)]
-          missing = [p for p in lang_files if not os.path.exists(p)]
-          raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name})")
-        pairs = data_sources.iter_pair_files(source, split)
-      elif source.kind == "hf":
-        pairs = data_sources.iter_hf_pairs(source.name, split, source.src_lang,
-                                           source.tgt_lang)
-      else:
-        pairs = data_sources.iter_tfds_pairs(source.name, split, source.src_lang,
-                                             source.tgt_lang, cfg.data.data_dir or None)
+      pairs = _source_pairs(cfg, source, split, splits)
       _log(f"reading {split} of {source.name}")
       meta["splits"][split], meta["dropped_empty"][split] = _write_text(
           pairs, tmp, split, keep_empty=split != cfg.data.train_split)
@@ -360,9 +406,11 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
   out_dir, splits = _prepared_dir(cfg, source)
   if not os.path.exists(os.path.join(out_dir, "meta.json")):
     os.makedirs(os.path.dirname(out_dir), exist_ok=True)
-    for name in data_sources.remove_dead_temporaries(out_dir):
-      _log(f"removed {name}, left by a preparation that was killed")
-    _prepare(cfg, source, out_dir, splits)
+    with data_sources.host_lock(out_dir + ".lock"):  # one preparation per machine at once
+      if not os.path.exists(os.path.join(out_dir, "meta.json")):
+        for name in data_sources.remove_dead_temporaries(out_dir):
+          _log(f"removed {name}, left by a preparation that was killed")
+        _prepare(cfg, source, out_dir, splits)
   return out_dir
 
 
@@ -600,8 +648,10 @@ class Dataset:
       i += len(chunk)
 
   def raw(self, split: str) -> tuple[list[str], list[str]]:
-    """Source and reference text of a split, every pair (for BLEU against raw references)."""
-    self.split(split)
+    """Source and reference text of a split, every pair (for BLEU against raw references);
+    a split the cache lacks is read from the data source."""
+    if not os.path.exists(os.path.join(self.directory, f"{split}.src.txt")):
+      return held_out_text(self.cfg, split)
     out = []
     for side in ("src", "tgt"):
       with open(os.path.join(self.directory, f"{split}.{side}.txt"), encoding="utf-8",
@@ -638,9 +688,10 @@ class Dataset:
 
 
 def load(cfg: ExperimentConfig, num_devices: int, process_index: int = 0,
-         process_count: int = 1) -> Dataset:
-  """Prepares (or reuses) the experiment's data and returns its batches."""
-  ds = Dataset(cfg, prepared_dir(cfg), num_devices, process_index, process_count)
+         process_count: int = 1, directory: str | None = None) -> Dataset:
+  """Prepares (or reuses) the experiment's data and returns its batches (`directory`: the
+  cache, when already prepared)."""
+  ds = Dataset(cfg, directory or prepared_dir(cfg), num_devices, process_index, process_count)
   _log(ds.summary())
   return ds
 

@@ -18,8 +18,9 @@ from absl import app, flags, logging
 
 from t2t_jax import hostmem
 from t2t_jax.errors import UserError
-from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits, override,
-                            parse_set_flags, resolve_init_from, validate)
+from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits,
+                            is_split_name, override, parse_set_flags, resolve_init_from,
+                            validate)
 
 MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export")
 
@@ -81,15 +82,28 @@ def load_config(experiment: str | None, sets: list[str], dataset: str | None) ->
 
 
 def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
-  """`--splits` checked against the prepared dev and test splits (default: both)."""
+  """`--splits` (default: the dev and test splits). Any other split of the data source may
+  be named too, another test set of the same corpus; a folder's are checked here, before
+  any decoding, and tfds or hf splits when read."""
   known = evaluation_splits(cfg)
   if not raw:
     return known
+  from t2t_jax import input_pipeline
   splits = [s.strip() for s in raw.split(",") if s.strip()]
-  unknown = [s for s in splits if s not in known]
-  if unknown or not splits:
-    raise UsageError(f"--splits={raw}: {', '.join(unknown) or 'no split'} is not one of this "
-                     f"experiment's evaluation splits ({', '.join(known)})")
+  if not splits:
+    raise UsageError(f"--splits={raw!r} names no split")
+  for s in splits:
+    if not is_split_name(s):
+      raise UsageError(f"--splits: {s!r} is not a split name (letters, digits, '.', '_', '-')")
+  if cfg.data.train_split in splits:
+    raise UsageError(f"--splits={raw}: {cfg.data.train_split} is the training split; "
+                     f"evaluation decodes held-out splits")
+  others = [s for s in splits if s not in known]
+  present = input_pipeline.source_splits(cfg) if others else None
+  missing = [s for s in others if present is not None and s not in present]
+  if missing:
+    raise UsageError(f"--splits={raw}: {', '.join(missing)} is not a split of "
+                     f"{cfg.data.dataset} (it has {', '.join(present)})")
   return splits
 
 

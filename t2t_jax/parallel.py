@@ -8,10 +8,11 @@ the slices of its own local devices (the leading axis of every array here).
 from __future__ import annotations
 
 import functools
+import itertools
 import queue
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import jax
 import numpy as np
@@ -100,6 +101,51 @@ def any_process(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]
   mine = np.asarray([float(f) for f in flags] + [clock], np.float64)
   every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, len(mine))
   return [bool(x) for x in every[:, :-1].max(axis=0)], float(every[:, -1].max())
+
+
+T = TypeVar("T")
+# Each `process_zero_first` of a job announces under a key of its own.
+_ANNOUNCEMENTS = itertools.count()
+WAIT_REPORT_MS = 60_000  # how often a waiting process says it is still waiting
+
+
+def process_zero_first(action: Callable[[], T], what: str) -> T:
+  """`action()` on process 0 while the other processes wait, then on each of them.
+
+  For work that writes shared files, such as data preparation: with a shared folder the
+  others then find process 0's result and redo nothing, and no two processes write the
+  same files at once (tfds does not support concurrent builds). Where process 0's folder
+  is not theirs (a per-node data folder), they do the work themselves. A failure on process
+  0 ends every process with the same one-line error, not a wait for ever.
+  """
+  if jax.process_count() == 1:
+    return action()
+  from jax._src import distributed  # the job's key-value store (orbax uses it the same way)
+  from t2t_jax.errors import UserError
+  client = distributed.global_state.client
+  key = f"t2t_jax/{what.replace(' ', '_')}/{next(_ANNOUNCEMENTS)}"
+  if jax.process_index() == 0:
+    try:
+      result = action()
+    except BaseException as e:
+      client.key_value_set(key, f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+      raise
+    client.key_value_set(key, "done")
+    return result
+  start = time.time()
+  print(f"process {jax.process_index()}: waiting for process 0 to {what}", flush=True)
+  while True:
+    try:
+      outcome = client.blocking_key_value_get(key, WAIT_REPORT_MS)
+      break
+    except jax.errors.JaxRuntimeError as e:
+      if "DEADLINE_EXCEEDED" not in str(e):
+        raise
+      print(f"process {jax.process_index()}: still waiting for process 0 to {what} "
+            f"({(time.time() - start) / 60:.0f} min)", flush=True)
+  if outcome != "done":
+    raise UserError(f"process 0 could not {what}: {outcome.removeprefix('failed: ')}")
+  return action()
 
 
 class WaitStopped(Exception):

@@ -660,8 +660,12 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     check_run_info(cfg, workdir)
   devices = jax.local_devices()
   n_dev = len(devices)
+  # Process 0 prepares the corpus alone; the others then find its cache (or, on a folder of
+  # their own, prepare theirs).
+  directory = parallel.process_zero_first(lambda: input_pipeline.prepared_dir(cfg),
+                                          "prepare the data")
   ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
-                           process_count=jax.process_count())
+                           process_count=jax.process_count(), directory=directory)
   if jax.process_index() == 0:
     input_pipeline.record_vocab(workdir, ds.directory, replace=fresh)
   else:

@@ -410,6 +410,48 @@ def test_the_tfds_source_reads_the_named_builder_split_and_direction(tmp_path):
   assert {s for _, _, s in seen} == {"train", "validation", "test"}
 
 
+def test_tfds_downloads_into_the_named_data_folder_and_its_cache_is_keyed_by_split(
+    tmp_path, monkeypatch):
+  """Issue 45 (16): tfds wrote to ~/tensorflow_datasets whatever T2T_JAX_DATA_DIR said (a
+  cluster's scratch disk, a shared folder), and a cache prepared with other splits was
+  taken for this one: another test split read the first one's text."""
+  tfds = pytest.importorskip("tensorflow_datasets", reason="needs the [tfds] extra")
+  import tensorflow as tf
+  data_dirs, real_builder = [], tfds.builder
+
+  def builder(name, **kwargs):
+    data_dirs.append(kwargs.get("data_dir"))
+    return real_builder(name, **kwargs)
+
+  def as_dataset(builder, split, **kwargs):
+    rows = _named_pairs(str(split))
+    return tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in ("de", "en")})
+  monkeypatch.setenv("T2T_JAX_DATA_DIR", str(tmp_path / "scratch"))
+  cfg = override(experiments.get("demo"), {
+      "data.dataset": "tfds:wmt14_translate/de-en:en-de", "data.dev_split": "validation",
+      "model.vocab_size": 100})
+  monkeypatch.setattr(tfds, "builder", builder)
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    first = _check_prepared(cfg)
+    other = override(cfg, {"data.test_split": "validation"})
+    second = input_pipeline.prepared_dir(other)
+  assert data_dirs and all(d == str(tmp_path / "scratch") for d in data_dirs)
+  assert first != second and first.startswith(str(tmp_path / "scratch"))
+  assert input_pipeline.load(other, num_devices=1).raw("validation")[0][3] == \
+      "the validation cat number 3 sleeps"
+
+
+def test_a_tfds_error_keeps_the_lines_that_say_what_to_download_by_hand():
+  manual = ("Manual directory /data/manual does not exist or is empty. Create it and "
+            "download/extract dataset artifacts in there using instructions:\n"
+            "Download train.tgz from https://example.org/corpus and place it in manual_dir.\n")
+  assert data_sources._tfds_message(manual).splitlines() == [
+      manual.splitlines()[0], "Download train.tgz from https://example.org/corpus and place "
+      "it in manual_dir."]
+  assert data_sources._tfds_message("Dataset foo not found.\nAvailable: a, b") == \
+      "Dataset foo not found."
+
+
 def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
   """`hf:PATH:en-de` on a DatasetDict saved with save_to_disk (translation dicts, the Hub's
   layout): each split in the asked direction, through a training step; the cache is keyed by

@@ -154,3 +154,36 @@ def test_a_run_preempted_on_8_devices_resumes_on_4_or_on_2_processes_of_2(tmp_pa
     assert step == 6
     for a, b in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(params)):
       np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_process_zero_prepares_the_data_while_the_others_wait(tmp_path):
+  """Issue 45 (16): every process built its own temporary copy of the cache in the shared
+  folder at once (and tfds does not support concurrent builds). Now process 0 prepares; the
+  others wait, then find its cache. A failure there ends both with one line."""
+  data = tmp_path / "data"
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4), "T2T_JAX_DATA_DIR": str(data)}
+
+  def two(workdir, extra):
+    port = _free_port()
+    procs = [subprocess.Popen(
+        _train_cmd(workdir, 2, {"train.final_eval": False, **extra}) +
+        [f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    return procs, [p.communicate(timeout=600)[0] for p in procs]
+
+  procs, outs = two(tmp_path / "run", {})
+  assert [p.returncode for p in procs] == [0, 0], outs[1][-3000:]
+  assert "reading train" in outs[0] and "reading train" not in outs[1], outs[1][-3000:]
+  assert "process 1: waiting for process 0 to prepare the data" in outs[1]
+  assert len([d for d in data.iterdir() if d.name.startswith("folder-")]) == 1
+
+  bad = tmp_path / "bad"  # no test split: process 0's preparation fails
+  bad.mkdir()
+  for lang in ("src", "tgt"):
+    for split in ("train", "valid"):
+      (bad / f"{split}.{lang}").write_text("a b c\nd e f\n")
+  procs, outs = two(tmp_path / "bad_run", {"data.dataset": f"folder:{bad}:src-tgt"})
+  assert [p.returncode for p in procs] == [2, 2], outs
+  assert "error: missing file" in outs[0]
+  assert "error: process 0 could not prepare the data: missing file" in outs[1], outs[1]

@@ -361,10 +361,33 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
                      text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == [f"{dev}.json"]
-  r = subprocess.run(eval_cmd + ["--splits=train"], cwd=REPO, env=env, capture_output=True,
-                     text=True, timeout=600)
-  assert r.returncode == 2 and "--splits=train: train is not one of" in r.stderr, r.stderr
+  for bad, message in [("train", "--splits=train: train is the training split"),
+                       ("newstest2015", "newstest2015 is not a split of demo (it has test, train, valid)"),
+                       ("../x", "'../x' is not a split name")]:
+    r = subprocess.run(eval_cmd + [f"--splits={bad}"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
   assert sorted(p.name for p in (tmp_path / "eval").glob("*.json")) == [f"{dev}.json"]
+
+  # Issue 45 (13): another test set of the same corpus, added to its folder after training
+  # (newstest2015 beside newstest2014), is evaluated as it is: every line, read from the
+  # folder, without preparing the corpus again (the cache's identity covers its own splits).
+  folder = next(Path(os.environ["T2T_JAX_DATA_DIR"]).glob("demo_corpus_v*"))
+  test = cfg.data.test_split
+  for lang in ("src", "tgt"):  # the demo pair's languages
+    lines = (folder / f"{test}.{lang}").read_text().splitlines(keepends=True)[:5]
+    (folder / f"newstest2015.{lang}").write_text("".join(lines[:2] + ["\n"] + lines[2:]))
+  try:
+    r = subprocess.run(eval_cmd + ["--splits=newstest2015"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+  finally:
+    for lang in ("src", "tgt"):
+      (folder / f"newstest2015.{lang}").unlink()
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "reading train" not in r.stderr + r.stdout  # nothing prepared again
+  result = json.loads((tmp_path / "eval" / "newstest2015.json").read_text())
+  hyps = (tmp_path / "eval" / "newstest2015.hyp").read_text().split("\n")[:-1]
+  assert result["num_sentences"] == len(hyps) == 6 and hyps[2] == ""
 
   # `--ensemble`: a model ensembled with itself translates as it does alone; the ensemble's
   # figures go to eval/ensemble/ and leave the single model's in place.
