@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import queue
 import threading
 import time
@@ -33,9 +34,29 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   """
   if coordinator_address is None:
     jax.distributed.initialize()
+    if launcher_tasks_on_this_node() == 1 and not os.environ.get("JAX_LOCAL_DEVICE_IDS"):
+      # jax's detection gives each launcher task the one GPU of its local rank, which
+      # suits one task per GPU; one task per node (slurm_gpu.sbatch) drives all of them.
+      jax.config.update("jax_cuda_visible_devices", "all")
+      jax.config.update("jax_rocm_visible_devices", "all")
   else:
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
+
+
+def launcher_tasks_on_this_node() -> int | None:
+  """How many tasks of this job the launcher started on this node (SLURM, Open MPI), or
+  None outside them."""
+  if "OMPI_COMM_WORLD_LOCAL_SIZE" in os.environ:
+    return int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])
+  spec, node = os.environ.get("SLURM_STEP_TASKS_PER_NODE"), os.environ.get("SLURM_NODEID")
+  if not spec or node is None:
+    return None
+  counts = []  # "2(x3),1": 2 tasks on each of 3 nodes, then 1
+  for part in spec.split(","):
+    count, _, repeat = part.partition("(x")
+    counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+  return counts[int(node)] if int(node) < len(counts) else None
 
 
 @functools.lru_cache(maxsize=None)

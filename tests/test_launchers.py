@@ -1,0 +1,287 @@
+"""The cluster launchers, run for real: `mpirun` (Open MPI) and SLURM (`srun`, and `sbatch` of
+experiments/launch/slurm_gpu.sbatch) start `--distributed` training through jax's own
+cluster detection. Each job trains, checkpoints, stops on a SIGTERM to one task, and resumes
+to the parameters of a single-process run.
+
+The launchers come from Debian's packages (`openmpi-bin`, `slurmd slurmctld slurm-client
+munge`), which CI installs; where they are missing, each test is skipped and says why. The
+SLURM tests start a two-node cluster on this machine (`slurmctld`, a `slurmd` per node,
+`munged`; root only), with each node declaring 16 CPUs so that the batch script's request
+is met as written; its GPUs are declined through sbatch's own environment variable.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import REPO, tiny_cfg
+from test_multihost import DEVICES, _free_port
+from test_train import _final_params, _train_cmd
+
+# Two tasks of 4 devices each; sync and checkpoint often, so a stop lands within seconds.
+EXTRA = {"train.final_eval": False, "train.checkpoint_every_steps": 100_000,
+         "train.log_every_steps": 1000, "train.eval_every_steps": 100_000,
+         "train.sync_every_steps": 2, "train.learning_rate_scale": 30.0, "model.dropout": 0.1}
+TIMEOUT = 600
+
+
+def _need(*programs):
+  missing = [p for p in programs if shutil.which(p) is None]
+  if missing:
+    pytest.skip(f"{', '.join(missing)} not installed (Debian: apt-get install openmpi-bin "
+                f"slurmd slurmctld slurm-client munge; CI installs them)")
+
+
+def _task_pids(marker: str) -> list[int]:
+  """The training processes (Python, not their launcher) whose command line has `marker`."""
+  pids = []
+  for entry in Path("/proc").iterdir():
+    if not entry.name.isdigit():
+      continue
+    try:
+      argv = (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+      continue
+    if b"t2t_jax.main" in argv and any(marker.encode() in a for a in argv) and \
+        os.path.basename(argv[0]).startswith(b"python"):
+      pids.append(int(entry.name))
+  return sorted(pids)
+
+
+def _stop_one_task_once_training(proc, marker: str) -> str:
+  """Reads the job's output until both tasks train, then sends SIGTERM to one task alone
+  (one host preempted); returns the output read."""
+  out, ready = "", 0
+  for line in proc.stdout:
+    out += line
+    ready += "parameters, 4 device(s)" in line
+    if ready == 2:
+      break
+  time.sleep(3)
+  pids = _task_pids(marker)
+  assert len(pids) == 2, (pids, out[-2000:])
+  os.kill(pids[-1], signal.SIGTERM)
+  return out
+
+
+def _stopped_step(out: str) -> int:
+  steps = {int(part.split()[0]) for part in out.split("stopped at step ")[1:]}
+  assert len(steps) == 1, out[-3000:]  # both tasks stopped after the same step
+  return steps.pop()
+
+
+def _assert_equals_single_process(tmp_path, workdir, steps):
+  """The launcher's run equals one process of 8 devices trained to `steps` at once."""
+  single = tmp_path / "single"
+  r = subprocess.run(_train_cmd(single, steps, EXTRA), cwd=REPO, capture_output=True, text=True,
+                     env={**os.environ, "XLA_FLAGS": DEVICES.format(8)}, timeout=TIMEOUT)
+  assert r.returncode == 0, r.stderr[-3000:]
+  cfg = tiny_cfg()
+  (a_params, a_step), (b_params, b_step) = _final_params(single, cfg), _final_params(workdir, cfg)
+  assert a_step == b_step == steps
+  for a, b in zip(jax.tree_util.tree_leaves(a_params), jax.tree_util.tree_leaves(b_params)):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# Open MPI
+
+
+def _mpirun(workdir, steps, extra=EXTRA):
+  cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+         "-x", "XLA_FLAGS", "-x", "T2T_JAX_DATA_DIR", "-x", "PATH"]
+  return cmd + _train_cmd(workdir, steps, extra) + ["--distributed"]
+
+
+def test_mpirun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(tmp_path):
+  _need("mpirun")
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  workdir = tmp_path / "mpi_run"
+  proc = subprocess.Popen(_mpirun(workdir, 100_000), cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = _stop_one_task_once_training(proc, str(workdir))
+  out += proc.communicate(timeout=TIMEOUT)[0]
+  assert proc.returncode == 0, out[-3000:]
+  assert "process 1 of 2: 4 local of 8 devices" in out  # jax found the job from Open MPI
+  stopped = _stopped_step(out)
+  assert stopped % 2 == 0 and "on SIGTERM" in out and "on a signal to another process" in out
+  r = subprocess.run(_mpirun(workdir, stopped + 3), cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=TIMEOUT)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert r.stdout.count(f"resuming from checkpoint {stopped}") == 2
+  _assert_equals_single_process(tmp_path, workdir, stopped + 3)
+
+
+# ---------------------------------------------------------------------------------------
+# SLURM: a two-node cluster on this machine
+
+SLURM_CONF = """\
+ClusterName=t2ttest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool-%n
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+NodeName=t2tnode1 NodeAddr=127.0.0.1 Port={node_ports[0]} CPUs=16 State=UNKNOWN
+NodeName=t2tnode2 NodeAddr=127.0.0.1 Port={node_ports[1]} CPUs=16 State=UNKNOWN
+PartitionName=test Nodes=t2tnode1,t2tnode2 Default=YES MaxTime=INFINITE State=UP
+"""
+# jax takes the job's first node name as the coordinator's host. These two nodes share one
+# machine, and their names resolve nowhere, so JAX_COORDINATOR_ADDRESS (which jax reads
+# before its own detection) says 127.0.0.1; on a real cluster the node name serves.
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+  """A running two-node SLURM cluster; yields the environment its commands need."""
+  _need("slurmctld", "slurmd", "srun", "sbatch", "munged")
+  if os.geteuid() != 0:
+    pytest.skip("the test cluster's slurmd runs jobs as root, so the tests must run as root")
+  d = tmp_path_factory.mktemp("slurm")
+  (d / "state").mkdir()
+  conf = d / "slurm.conf"
+  conf.write_text(SLURM_CONF.format(host=_hostname(), dir=d, ctld_port=_free_port(),
+                                    slurmd_port=_free_port(),
+                                    node_ports=[_free_port(), _free_port()]))
+  env = {**os.environ, "SLURM_CONF": str(conf),
+         "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}"}
+  _start_munge()
+  daemons = [subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env)]
+  time.sleep(1)
+  daemons += [subprocess.Popen(["slurmd", "-D", "-N", node, "-f", str(conf)], env=env)
+              for node in ("t2tnode1", "t2tnode2")]
+  try:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+      r = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
+      if r.stdout.split() == ["idle"]:
+        break
+      time.sleep(1)
+    else:
+      raise AssertionError(f"the test cluster did not come up: {r.stdout} {r.stderr}\n" +
+                           (d / "slurmctld.log").read_text()[-2000:])
+    yield env
+  finally:
+    subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+    for p in daemons:
+      p.terminate()
+    for p in daemons:
+      try:
+        p.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        p.kill()
+
+
+def _hostname() -> str:
+  import socket
+  return socket.gethostname()
+
+
+def _start_munge():
+  """munged, SLURM's authentication, if it is not running already."""
+  if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+    return
+  if not Path("/etc/munge/munge.key").exists():
+    subprocess.run(["mungekey", "--create"], check=True, capture_output=True)
+  Path("/run/munge").mkdir(parents=True, exist_ok=True)
+  subprocess.run(["chown", "-R", "munge:munge", "/run/munge", "/etc/munge"], capture_output=True)
+  r = subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "munged"], capture_output=True,
+                     text=True)
+  if r.returncode != 0:
+    subprocess.run(["munged", "--force"], check=True, capture_output=True)
+
+
+def _srun(workdir, steps):
+  return ["srun", "--nodes=1", "--ntasks=2", "--kill-on-bad-exit=1"] + \
+      _train_cmd(workdir, steps, EXTRA) + ["--distributed"]
+
+
+def test_srun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(slurm, tmp_path):
+  env = {**slurm, "XLA_FLAGS": DEVICES.format(4)}
+  workdir = tmp_path / "srun_run"
+  proc = subprocess.Popen(_srun(workdir, 100_000), cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = _stop_one_task_once_training(proc, str(workdir))
+  out += proc.communicate(timeout=TIMEOUT)[0]
+  assert proc.returncode == 0, out[-3000:]
+  assert "process 1 of 2: 4 local of 8 devices" in out  # jax found the job from SLURM
+  stopped = _stopped_step(out)
+  assert "on SIGTERM" in out and "on a signal to another process" in out
+  r = subprocess.run(_srun(workdir, stopped + 3), cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=TIMEOUT)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert r.stdout.count(f"resuming from checkpoint {stopped}") == 2
+  _assert_equals_single_process(tmp_path, workdir, stopped + 3)
+
+
+def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slurm, tmp_path):
+  """experiments/launch/slurm_gpu.sbatch unchanged, on two nodes of one task each: only
+  environment variables adapt it (the experiment, workdir and data folder it reads, and
+  SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every step."""
+  workdir = tmp_path / "sbatch_run"
+  extra = {**EXTRA, "train.checkpoint_every_steps": 2}
+  from helpers import set_flags
+  from test_train import TINY_MODEL, FAST_DATA
+
+  def submit(steps):
+    sets = {**TINY_MODEL, "model.dropout": 0.1, **FAST_DATA, "train.steps": steps,
+            "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512, **extra}
+    env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
+           "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
+           "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
+    r = subprocess.run(["sbatch", "--wait", str(REPO / "experiments/launch/slurm_gpu.sbatch"), *set_flags(sets)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    job = r.stdout.split()[-1] if r.stdout.strip() else "?"
+    log = (tmp_path / f"job-{job}.out")
+    out = log.read_text() if log.exists() else ""
+    assert r.returncode == 0, (r.stdout, r.stderr, out[-3000:])
+    return out
+
+  out = submit(4)
+  assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
+  assert "averaged" in out and "test: sacreBLEU" in out, out[-3000:]
+  assert (workdir / "eval" / "test.json").exists() and (workdir / "averaged").is_dir()
+  out = submit(6)  # resubmitting the job resumes it
+  assert out.count("resuming from checkpoint 4") == 2, out[-3000:]
+  _assert_equals_single_process(tmp_path, workdir, 6)
+
+
+@pytest.mark.parametrize("tasks_per_node, visible", [("1(x2)", "all"), ("2", "0")])
+def test_one_task_per_node_drives_every_gpu_of_its_node(tasks_per_node, visible):
+  """jax's SLURM and Open MPI detection gives each task the one GPU of its local rank. The
+  batch script runs one task per node for all 8 GPUs, so jax would have used GPU 0 alone;
+  with one task on the node, every GPU stays visible. (Checked in jax's setting: no GPU
+  here.)"""
+  code = ("from t2t_jax import parallel; import jax; parallel.initialize(); "
+          "print('visible', jax.config.values['jax_cuda_visible_devices'])")
+  env = {**os.environ, "SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "localhost",
+         "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+         "SLURM_STEP_TASKS_PER_NODE": tasks_per_node, "JAX_COORDINATOR_PORT": str(_free_port())}
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert f"visible {visible}" in r.stdout
