@@ -1,4 +1,4 @@
-"""Installs t2t_jax and its experiments registry: pip install -e ".[test]"."""
+"""Installs t2t_jax: pip install -e ".[test]"."""
 
 from setuptools import find_packages, setup
 
@@ -6,8 +6,9 @@ setup(
     name="t2t_jax",
     version="0.1.0",
     description="The Transformer of 'Attention Is All You Need' in JAX/Flax, faithful to the paper.",
+    license="Apache-2.0",
     python_requires=">=3.11",
-    packages=find_packages(include=["t2t_jax", "t2t_jax.*", "experiments", "experiments.*"]),
+    packages=find_packages(include=["t2t_jax", "t2t_jax.*"]),
     install_requires=[
         "jax>=0.4.30",
         "flax>=0.10",
@@ -22,8 +23,8 @@ setup(
         "matplotlib>=3.8",
         "numpy>=1.26",
     ],
-    # t2t_jax finds named experiments through this entry point (t2t_jax/registry.py).
-    entry_points={"t2t_jax.experiments": ["builtin = experiments"]},
+    # Other packages add named experiments under the entry point group "t2t_jax.experiments"
+    # (t2t_jax/registry.py); this one's are in t2t_jax/configs/.
     extras_require={
         "test": ["pytest>=8"],
         # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),

@@ -2,7 +2,7 @@
 
 The model and the trainer are the plain JAX/Flax code. Each function below names one
 path that only XLA:CPU takes, and why; a GPU or TPU takes the plain path unless a
-measurement there (experiments/results/device_check/) shows a custom one is faster.
+measurement there (results/device_check/) shows a custom one is faster.
 The functions that start processes (`host_platform`, `member_shares`) decide without
 initialising JAX: on a GPU that would claim the device's memory before the children
 that need it exist.
@@ -66,7 +66,7 @@ def allreduce_as_one_buffer() -> bool:
 # --- step levers: each "auto" setting resolved per backend ------------------------------
 
 # XLA:CPU's best micro-batch: larger ones leave the caches and run slower per token
-# (experiments/results/trainer_overhead/); also the default where a device reports no memory.
+# (results/trainer_overhead/); also the default where a device reports no memory.
 CPU_MICRO_BATCH_TOKENS = 4096
 # The share of a device's allocatable memory (XLA's `bytes_limit`, itself ~75% of the GPU's
 # memory by default) that the auto micro-batch may fill by its estimate. The estimate
@@ -121,7 +121,7 @@ def loss_chunk_tokens(setting: int | str) -> int:
   """`train.loss_chunk_tokens` resolved: 0 computes the whole [tokens, vocab] logits at once.
 
   "auto": 0 on CPU, where the cpu_tuned path's hand-written logits gradient is measured
-  (experiments/results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full
+  (results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full
   float32 logits of a large micro-batch cost gigabytes of memory and several passes of
   memory traffic, against one more logits product in the backward pass (each chunk's
   logits are recomputed there, not stored).
@@ -141,7 +141,7 @@ def attention_implementation(dtype: str) -> str | None:
 # XLA_FLAGS; a flag the user set already is left as the user set it. The latency-hiding
 # scheduler orders the step so that the gradient all-reduce of one layer overlaps the
 # backward pass of the next (JAX's GPU performance guide recommends it for data parallelism);
-# on one GPU it has nothing to overlap. `python -m t2t_jax.bench --what=device_check --levers`
+# on one GPU it has nothing to overlap. `python -m t2t_jax.tools.bench --what=device_check --levers`
 # measures each candidate against none.
 GPU_XLA_FLAGS = ("--xla_gpu_enable_latency_hiding_scheduler=true",)
 XLA_FLAGS_OFF_ENV = "T2T_JAX_NO_XLA_FLAGS"  # set to 1: add none of them (for A/B measurements)

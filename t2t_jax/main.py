@@ -25,7 +25,8 @@ from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_spli
 MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("experiment", None, "Name of a registered experiment, e.g. base_ende.")
+flags.DEFINE_string("experiment", None, "A named experiment (listed above), e.g. base_ende, or "
+                    "FILE.py:FUNCTION.")
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
 flags.DEFINE_string("mode", "train", f"One of: {', '.join(MODES)}.")
 flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment's "
@@ -162,11 +163,11 @@ def main(argv: list[str]) -> None:
   if "://" in FLAGS.workdir:  # os.path would make gs://b/run a local folder named gs:
     raise UsageError(f"--workdir={FLAGS.workdir}: object-store paths are not supported; "
                      f"mount the bucket (gcsfuse, s3fs) or a shared filesystem and give its "
-                     f"local path (experiments/launch/tpu_vm.sh says what is safe)")
+                     f"local path (launch/tpu_vm.sh says what is safe)")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
   start_distributed()
-  from t2t_jax import input_pipeline, train
-  cfg = train.with_recorded_vocabulary(cfg, workdir)
+  from t2t_jax import bookkeeping, input_pipeline
+  cfg = bookkeeping.with_recorded_vocabulary(cfg, workdir)
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read
     cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
   if FLAGS.splits and FLAGS.mode != "eval":
@@ -176,7 +177,7 @@ def main(argv: list[str]) -> None:
     if not os.path.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
-    train.check_run_info(cfg, workdir, training=False)
+    bookkeeping.check_run_info(cfg, workdir, training=False)
   if FLAGS.mode == "train" and cfg.ensemble.members > 1:
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":
@@ -186,28 +187,28 @@ def main(argv: list[str]) -> None:
     for member in translator.member_dirs(cfg, workdir):
       train.run_average(cfg, member)
   elif FLAGS.mode == "eval":
-    from t2t_jax import evaluate
-    evaluate.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
+    from t2t_jax import inference
+    inference.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "translate":
-    from t2t_jax import evaluate
-    evaluate.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble,
+    from t2t_jax import inference
+    inference.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble,
                            nbest=FLAGS.nbest)
   elif FLAGS.mode == "score":
-    from t2t_jax import evaluate
-    evaluate.run_score(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
+    from t2t_jax import inference
+    inference.run_score(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble)
   elif FLAGS.mode == "export":
     if not FLAGS.output:
       raise UsageError("--mode=export needs --output=DIR, the folder to write")
     from t2t_jax import export
     print(export.export_huggingface(cfg, workdir, FLAGS.output), flush=True)
   elif FLAGS.mode == "attention":
-    from t2t_jax import evaluate
-    evaluate.run_attention(cfg, workdir, FLAGS.sentence, FLAGS.layer, FLAGS.output)
+    from t2t_jax import inference
+    inference.run_attention(cfg, workdir, FLAGS.sentence, FLAGS.layer, FLAGS.output)
 
 
 def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
-  from t2t_jax import evaluate, train
+  from t2t_jax import inference, train
   again = _this_command()
   try:
     # Before and after its loop (data preparation, restore, compilation) a SIGTERM stops the
@@ -235,7 +236,7 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
     try:
       with _sigterm_stops():
         train.run_average(cfg, workdir)
-        evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+        inference.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
     except _Stopped:
       print(f"stopped on SIGTERM during the final evaluation; training is complete and "
             f"checkpointed. Decode with the same command:\n  {again}", flush=True)
@@ -267,9 +268,9 @@ def _sigterm_stops():
 def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains `ensemble.members` models at once, each averaging and evaluating itself; then
   decodes the dev and test splits with all of them."""
-  from t2t_jax import ensemble, evaluate, input_pipeline, train, translator
-  train.check_workdir(cfg, workdir)
-  train.write_run_info(cfg, workdir)
+  from t2t_jax import bookkeeping, ensemble, inference, input_pipeline, translator
+  bookkeeping.check_workdir(cfg, workdir)
+  bookkeeping.write_run_info(cfg, workdir)
   input_pipeline.prepared_dir(cfg)  # once, before the members start
   dirs = translator.member_dirs(cfg, workdir)
   if not ensemble.train_members(cfg, dirs, FLAGS.experiment, FLAGS.dataset, FLAGS.set):
@@ -277,7 +278,7 @@ def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
   if cfg.train.final_eval and not print_stored_eval(cfg, workdir, dirs):
     try:
       with _sigterm_stops():
-        evaluate.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+        inference.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
     except _Stopped:
       print(f"stopped on SIGTERM during the ensemble's evaluation; decode with the same "
             f"command:\n  {_this_command()}", flush=True)
@@ -320,9 +321,23 @@ def _main_guarded(argv: list[str]) -> None:
     sys.exit(130)
 
 
+def usage() -> str:
+  """What `--help` prints: how to call, the experiments with what each is, the flags."""
+  from t2t_jax import registry
+  width = max(len(n) for n in registry.names())
+  listed = "\n".join(f"  {name:<{width}}  {text}"
+                     for name, text in registry.descriptions().items())
+  return (f"{__doc__.strip()}\n\nExperiments (--experiment=NAME, or FILE.py:FUNCTION for a "
+          f"function of your own that returns an ExperimentConfig):\n{listed}\n\nFlags:\n"
+          f"{FLAGS.module_help(sys.modules[__name__])}\n")
+
+
 def run() -> None:
-  from t2t_jax import ensemble
-  ensemble.setup_member()  # a member of an ensemble run: its cores, stop if the command dies
+  if any(a in ("-h", "-?", "--help", "--helpshort", "--helpfull") for a in sys.argv[1:]):
+    sys.stdout.write(usage())
+    sys.exit(0)
+  from t2t_jax import side_by_side
+  side_by_side.setup_member()  # a member of an ensemble or sweep: its cores, stop if we die
   hostmem.reexec_with_huge_pages()
   from t2t_jax import backend
   backend.apply_xla_flags()  # before JAX starts: XLA reads its flags once

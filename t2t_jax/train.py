@@ -14,15 +14,9 @@ of (seed, step), so a checkpoint only needs the train state and its step.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import errno
 import functools
-import json
 import math
 import os
-import signal
-import sys
 import time
 from typing import Any
 
@@ -33,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t2t_jax import backend, checkpoints, input_pipeline, jsonl, model, optim, parallel
-from t2t_jax.config import (COMPUTE_FIELDS, TRAINING_ONLY_FIELDS, ExperimentConfig, ModelConfig,
-                            profile_range)
+from t2t_jax import (backend, bookkeeping, checkpoints, cpu_kernels, input_pipeline, model,
+                     optim, parallel)
+from t2t_jax.config import ExperimentConfig, ModelConfig
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import PAD_ID
 
@@ -91,7 +85,7 @@ def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Ar
 
   @jax.checkpoint
   def one(y_c, t_c):
-    return loss_sums(model.tied_logits_f32(y_c, embedding, cfg), t_c, cfg.label_smoothing)
+    return loss_sums(cpu_kernels.tied_logits_f32(y_c, embedding, cfg), t_c, cfg.label_smoothing)
 
   def body(carry, xs):
     return tuple(a + b for a, b in zip(carry, one(*xs))), None
@@ -258,132 +252,11 @@ def step_rng(run_key: jax.Array, step: jax.Array | int) -> jax.Array:
   return jax.random.fold_in(run_key, step)
 
 
-class MetricsLog:
-  """WORKDIR/metrics.jsonl (one object per logged step) plus the same scalars for TensorBoard."""
-
-  def __init__(self, workdir: str, resume_step: int, enabled: bool):
-    self.path = os.path.join(workdir, "metrics.jsonl")
-    self.enabled = enabled
-    self.elapsed_before = 0.0  # training time of earlier (interrupted) runs of this workdir
-    if not enabled:
-      return
-    if os.path.exists(self.path):
-      # Entries past the resumed step will be logged again; they move to
-      # metrics.superseded.jsonl, so that no restart erases any history.
-      rows = jsonl.read(self.path)
-      kept = [r for r in rows if r.get("step", 0) <= resume_step]
-      dropped = [r for r in rows if r.get("step", 0) > resume_step]
-      if kept:
-        self.elapsed_before = float(kept[-1].get("elapsed_sec", 0.0))
-      if dropped:
-        with open(os.path.join(workdir, "metrics.superseded.jsonl"), "a") as f:
-          f.writelines(json.dumps(r) + "\n" for r in dropped)
-      with open(self.path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
-      os.replace(self.path + ".tmp", self.path)
-    # tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
-    # TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
-    from tensorboardX import SummaryWriter
-    self.writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
-
-  def write(self, step: int, values: dict[str, Any]) -> None:
-    """One metrics.jsonl line; numbers also as TensorBoard scalars, strings as text."""
-    if not self.enabled:
-      return
-    with open(self.path, "a") as f:
-      f.write(json.dumps({"step": step, **values}) + "\n")
-    for tag, value in values.items():
-      if isinstance(value, str):
-        self.writer.add_text(tag, value, step)
-      elif isinstance(value, (int, float)):
-        self.writer.add_scalar(tag, float(value), step)
-    self.writer.flush()
-
-  def close(self) -> None:
-    if self.enabled:
-      self.writer.close()
-
-
-def _fmt_time(seconds: float) -> str:
-  seconds = int(seconds)
-  h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
-  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True) -> None:
-  """Refuses a workdir trained with another experiment, model shape, data or vocabulary.
-
-  How the model computes (`COMPUTE_FIELDS`: dtype, implementation, fused attention) may
-  differ in any mode; when not `training` (eval, translate, attention), so may what only
-  training uses (`TRAINING_ONLY_FIELDS`: dropout, label smoothing).
-  """
-  found = checkpoints.recorded_settings(workdir)
-  if found is None:
-    return
-  experiment, recorded = found
-  if experiment != cfg.name:
-    raise UserError(f"{workdir} was trained with experiment {experiment!r}, not "
-                    f"{cfg.name!r}; use another --workdir")
-  free = {"model": COMPUTE_FIELDS + (() if training else TRAINING_ONLY_FIELDS)}
-  for key, old in recorded.items():
-    new = dataclasses.asdict(getattr(cfg, key))
-    diff = sorted(k for k in new if old.get(k) != new[k] and k not in free.get(key, ()))
-    if diff:
-      raise UserError(f"{workdir} was trained with different {key} settings "
-                      f"({', '.join(f'{key}.{k}' for k in diff)}) than asked for; "
-                      f"use another --workdir")
-
-
-def shape_differences(cfg: ExperimentConfig, workdir: str) -> list[str]:
-  """The `model.*` keys whose values in `cfg` give other parameter shapes than `workdir`'s
-  run had (empty when it has no record)."""
-  found = checkpoints.recorded_settings(workdir)
-  if found is None:
-    return []
-  old, new = found[1]["model"], dataclasses.asdict(cfg.model)
-  ignored = COMPUTE_FIELDS + TRAINING_ONLY_FIELDS
-  return [f"model.{k}" for k in sorted(new) if k not in ignored and old.get(k) != new[k]]
-
-
-def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
-  """`cfg` with the workdir's recorded `data.vocab_from` when the command gives none (a
-  fine-tuned run's later commands need not repeat its `train.init_from`)."""
-  found = checkpoints.recorded_settings(workdir)
-  recorded = found[1]["data"].get("vocab_from", "") if found else ""
-  if recorded and not cfg.data.vocab_from:
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, vocab_from=recorded))
-  return cfg
-
-
-def check_init_from(cfg: ExperimentConfig) -> None:
-  """`train.init_from` names a trained run of the same parameter shapes."""
-  source = cfg.train.init_from
-  if not os.path.isdir(os.path.join(source, "checkpoints")) and not os.path.isdir(
-      checkpoints.averaged_dir(source)):
-    raise UserError(f"train.init_from: {source} holds no checkpoints")
-  differ = shape_differences(cfg, source)
-  if differ:
-    raise UserError(f"train.init_from: {source} has other parameter shapes "
-                    f"({', '.join(differ)}) than this run; fine-tuning keeps the shapes")
-
-
-def check_init_vocabulary(source: str, cache_dir: str) -> None:
-  """The run's token ids must mean the pieces `source` was trained on."""
-  theirs = os.path.join(source, input_pipeline.WORKDIR_VOCAB)
-  if not os.path.exists(theirs):
-    raise UserError(f"train.init_from: {source} has no {input_pipeline.WORKDIR_VOCAB}")
-  ours = os.path.join(cache_dir, "spm.model")
-  if input_pipeline.file_sha256(theirs) != input_pipeline.file_sha256(ours):
-    raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
-                    f"this run's data uses ({ours}); fine-tuning needs the same one: leave "
-                    f"data.vocab_from unset, or set it to {source}")
-
-
 def initial_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation
                   ) -> TrainState:
   """A new run's state: fresh parameters, or `train.init_from`'s with a fresh optimiser and
   step 0 (fine-tuning)."""
-  source = cfg.train.init_from  # checked by `check_init_from` before any data preparation
+  source = cfg.train.init_from  # checked by `bookkeeping.check_init_from` before any data preparation
   if not source:
     return init_state(cfg, optimizer)
   loaded = checkpoints.load_params_for_inference(source, cfg)
@@ -396,251 +269,6 @@ def initial_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation
                     opt_state=optimizer.init(params), bad_step=jnp.array(-1, jnp.int32))
 
 
-# TrainConfig fields that change the optimiser updates a resumed run takes: changing one on
-# resume is allowed, but the run is then no longer the one an uninterrupted run would be.
-# (`train.steps` is not one: without a cooldown, training longer takes the same updates.)
-UPDATE_FIELDS = ("seed", "tokens_per_step", "learning_rate_scale", "warmup_steps", "adam_b1",
-                 "adam_b2", "adam_eps", "cooldown_steps", "cooldown_minutes")
-
-
-def config_fingerprint(cfg: ExperimentConfig) -> int:
-  """A 31-bit hash of the whole config: the processes of one job must all run the same one."""
-  import hashlib
-  text = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
-  return int(hashlib.sha256(text.encode()).hexdigest()[:7], 16)
-
-
-def has_checkpoints(workdir: str) -> bool:
-  directory = os.path.join(workdir, "checkpoints")
-  return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
-
-
-def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
-  """Records what the workdir is trained with. A later run of another model or data is
-  refused, unless the workdir has no checkpoint yet: a first run that failed before its
-  first checkpoint (in data preparation, say) pins nothing. A resumed run that changes how
-  the updates are made (`UPDATE_FIELDS`) is warned, and the record keeps each change in
-  its `history`."""
-  path = os.path.join(workdir, checkpoints.RUN_INFO)
-  history = []
-  if has_checkpoints(workdir):
-    check_run_info(cfg, workdir)
-    with open(path) as f:
-      old = json.load(f)
-    history = old.get("history", [])
-    before = old["config"].get("train", {})
-    changed = {k: [before.get(k), getattr(cfg.train, k)] for k in UPDATE_FIELDS
-               if k in before and before[k] != getattr(cfg.train, k)}
-    if changed:
-      print(f"warning: resuming with other training settings "
-            f"({', '.join(f'train.{k}: {a} -> {b}' for k, (a, b) in changed.items())}); the "
-            f"updates from here differ from an uninterrupted run's", file=sys.stderr,
-            flush=True)
-      step = max(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
-                 if d.isdigit())
-      history.append({"from_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "changed": {f"train.{k}": v for k, v in changed.items()}})
-  with open(path + ".tmp", "w") as f:
-    json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg),
-               **({"history": history} if history else {})}, f, indent=2)
-  os.replace(path + ".tmp", path)
-
-
-def checkpoint_bytes(cfg: ExperimentConfig) -> int:
-  """Bytes of one training checkpoint: float32 parameters plus Adam's two moments."""
-  return 3 * 4 * model.count_params(model.abstract_params(cfg.model))
-
-
-def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
-  """Fails early, before any work, if the workdir cannot hold the run's checkpoints."""
-  import shutil
-  created = not os.path.exists(workdir)
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    # Unique across hosts too: containers often run as PID 1 on every host of a job.
-    import uuid
-    probe = os.path.join(workdir, f".write_test.{os.getpid()}.{uuid.uuid4().hex}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    raise UserError(f"cannot write to workdir {workdir}: {e.strerror or e}") from None
-  free = shutil.disk_usage(workdir).free
-  one = checkpoint_bytes(cfg)
-  if free < 2 * one:  # the checkpoint being written next to the newest complete one
-    if created:
-      shutil.rmtree(workdir, ignore_errors=True)
-    raise UserError(f"not enough free disk space in {workdir}: {free / 1e6:,.1f} MB free, "
-                    f"each checkpoint needs {one / 1e6:,.1f} MB and two must fit")
-  wanted = (cfg.train.keep_checkpoints + 1) * one
-  if free < wanted:
-    print(f"warning: {free / 1e6:,.0f} MB free in {workdir}; keeping "
-          f"{cfg.train.keep_checkpoints} checkpoints needs about {wanted / 1e6:,.0f} MB",
-          file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def _checkpoint_errors(ckpt: checkpoints.Checkpointer, step: int):
-  """A checkpoint write that fails (now, or in the background) as a one-line error."""
-  try:
-    yield
-  except (OSError, ValueError) as e:
-    # orbax reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... Failed writing").
-    full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or any(
-        marker in str(e) for marker in ("RESOURCE_EXHAUSTED", "No space left on device"))
-    if not (full or isinstance(e, OSError)):
-      raise
-    good = [s for s in ckpt.steps() if s != step]
-    reason = "disk full" if full else (e.strerror or str(e))
-    raise UserError(f"could not write checkpoint {step} in {ckpt.directory}: {reason}; the "
-                    f"newest complete checkpoint is {good[-1] if good else 'none'}") from None
-
-
-class Profiler:
-  """`train.profile_steps=START:END`: a jax.profiler trace of those optimiser steps, in
-  WORKDIR/profile. It starts before step START is dispatched and stops once step END has run
-  on the devices, so the trace holds whole steps with the host work between them."""
-
-  def __init__(self, spec: str, workdir: str, start_step: int):
-    self.range = profile_range(spec)
-    self.directory = os.path.join(workdir, "profile")
-    self.active = False
-    if self.range and self.range[1] <= start_step:
-      print(f"note: train.profile_steps={spec} are before the resumed step {start_step}; "
-            f"no trace", flush=True)
-      self.range = None
-
-  def before(self, step: int) -> None:
-    if self.range and step == max(self.range[0], 1) and not self.active:
-      jax.profiler.start_trace(self.directory)
-      self.active = True
-
-  def after(self, step: int, state: Any) -> None:
-    if self.active and step >= self.range[1]:
-      self.stop(state)
-
-  def stop(self, state: Any) -> None:
-    jax.block_until_ready(state)
-    jax.profiler.stop_trace()
-    self.active = False
-    print(f"profile of steps {self.range[0]}..{self.range[1]} written to {self.directory}",
-          flush=True)
-
-
-class DevBleu:
-  """`train.bleu_every_steps`: the first `train.bleu_sentences` dev sentences translated with
-  the current parameters; their sacreBLEU and three samples, for the log.
-
-  One decoder is built once (its search compiles once per batch shape); each call hands it a
-  host copy of the parameters placed on this process's devices, so a multi-process job decodes
-  on process 0 alone, with no collective.
-  """
-
-  SAMPLES = 3
-
-  def __init__(self, cfg: ExperimentConfig, ds: input_pipeline.Dataset, params: Any):
-    from t2t_jax import decode
-    t = cfg.train
-    sources, refs = ds.raw(cfg.data.dev_split)
-    self.sources, self.refs = sources[:t.bleu_sentences], refs[:t.bleu_sentences]
-    decode_cfg = dataclasses.replace(cfg.decode, beam_size=t.bleu_beam_size, mbr=False)
-    self.decoder = decode.BeamDecoder(params, cfg.model, decode_cfg, ds.vocab,
-                                      max_input_length=min(cfg.data.max_length,
-                                                           cfg.model.max_len))
-    self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
-
-  def __call__(self, replicated_params: Any) -> dict[str, Any]:
-    from t2t_jax import bleu
-    self.decoder.params = parallel.replicate(parallel.unreplicate(replicated_params),
-                                             len(self.decoder.devices), local_only=True)
-    start = time.time()
-    hyps = self.decoder.translate(self.sources)
-    score, _ = bleu.sacrebleu_score(hyps, self.refs)
-    samples = "\n\n".join(f"source: {s}  \noutput: {h}  \nreference: {r}" for s, h, r in
-                           list(zip(self.sources, hyps, self.refs))[:self.SAMPLES])
-    return {"dev_bleu": round(score, 2), "dev_bleu_seconds": round(time.time() - start, 2),
-            "dev_samples": samples}
-
-
-class StopRequest:
-  """SIGTERM/SIGINT become a request to stop after the current step (preemption notices).
-
-  A second signal interrupts at once (KeyboardInterrupt); checkpoints stay
-  consistent because orbax renames a checkpoint into place only when complete.
-  """
-
-  def __init__(self):
-    self.signal_name: str | None = None
-    self._previous = {}
-
-  def _handle(self, signum, frame):
-    del frame
-    if self.signal_name is not None:
-      raise KeyboardInterrupt
-    self.signal_name = signal.Signals(signum).name
-    print(f"\nreceived {self.signal_name}: finishing the current step and saving a checkpoint "
-          f"(send it again to stop at once)", file=sys.stderr, flush=True)
-
-  def __enter__(self) -> "StopRequest":
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      self._previous[sig] = signal.signal(sig, self._handle)
-    return self
-
-  def __exit__(self, *exc) -> None:
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-
-
-class CompileCounter:
-  """Counts XLA compilations in this process while open (a `with` block)."""
-
-  EVENT = "/jax/core/compile/backend_compile_duration"
-
-  def __init__(self):
-    self.count = 0
-
-  def _on_event(self, event: str, duration_secs: float, **kwargs) -> None:
-    del duration_secs, kwargs
-    if event == self.EVENT:
-      self.count += 1
-
-  def __enter__(self) -> "CompileCounter":
-    jax.monitoring.register_event_duration_secs_listener(self._on_event)
-    return self
-
-  def __exit__(self, *exc) -> None:
-    jax.monitoring.unregister_event_duration_listener(self._on_event)
-
-
-@dataclasses.dataclass
-class LoopStats:
-  """What the training loop itself costs, per log window (the `host_*` fields of
-  metrics.jsonl) and over the run (`compiles_after_warmup`).
-
-  Host time is CPU time: the loop's own thread outside evaluation and checkpointing, plus
-  the input thread's batch assembly and placement. Waiting for the devices is not host
-  work, so a GPU or TPU hides this cost only if it stays well under the device's step.
-  """
-  steps: int = 0
-  loop_cpu_sec: float = 0.0
-  compiles_after_warmup: int = 0
-  _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
-
-  def window(self, wall_sec: float, batches: parallel.Prefetcher, compiles: int
-             ) -> dict[str, float]:
-    """The log line's figures, then a new window (compilations are counted over the run)."""
-    steps = max(self.steps, 1)
-    input_cpu, input_wait = (now - before for now, before in
-                             zip((batches.cpu_sec, batches.wait_sec), self._input_before))
-    out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + input_cpu) / steps, 3),
-           "host_input_ms_per_step": round(1e3 * input_cpu / steps, 3),
-           "input_wait_fraction": round(input_wait / max(wall_sec, 1e-9), 4),
-           "compiles": compiles, "compiles_after_warmup": self.compiles_after_warmup}
-    self.steps, self.loop_cpu_sec = 0, 0.0
-    self._input_before = (batches.cpu_sec, batches.wait_sec)
-    return out
-
-
 def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                        ) -> tuple[TrainState, str | None, bool]:
   """Trains to `train.steps` (or `train.max_train_minutes`), checkpointing and evaluating as
@@ -651,13 +279,13 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   """
   t = cfg.train
   if t.init_from:  # before any data preparation: a wrong source is a one-line error at once
-    check_init_from(cfg)
-  check_workdir(cfg, workdir)
-  fresh = not has_checkpoints(workdir)  # nothing trained here yet: nothing to be refused
+    bookkeeping.check_init_from(cfg)
+  bookkeeping.check_workdir(cfg, workdir)
+  fresh = not bookkeeping.has_checkpoints(workdir)  # nothing trained here yet: nothing to be refused
   if jax.process_index() == 0:
-    write_run_info(cfg, workdir)
+    bookkeeping.write_run_info(cfg, workdir)
   elif not fresh:
-    check_run_info(cfg, workdir)
+    bookkeeping.check_run_info(cfg, workdir)
   devices = jax.local_devices()
   n_dev = len(devices)
   # Process 0 prepares the corpus alone; the others then find its cache (or, on a folder of
@@ -679,20 +307,20 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     restored, error = ckpt.restore_latest(state), None
   except UserError as e:  # raised below, on every process at once
     restored, error = None, str(e)
-  restored = ckpt.agree(restored, error, config_fingerprint(cfg))
+  restored = ckpt.agree(restored, error, bookkeeping.config_fingerprint(cfg))
   start_step = 0
   if restored is not None:
     state, start_step = restored
     print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
   elif t.init_from:
-    check_init_vocabulary(t.init_from, ds.directory)
+    bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
     state = initial_state(cfg, optimizer)
   print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
         f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
         f"step(s) of up to {ds.micro_batch_tokens:,d} tokens per device"
         f"{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} steps, "
         f"workdir {workdir}", flush=True)
-  metrics_log = MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
+  metrics_log = bookkeeping.MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
   p_train, p_eval = make_steps(cfg, optimizer)
   state = parallel.replicate(state, n_dev)
   run_key = parallel.replicate(jax.random.PRNGKey(t.seed), n_dev)
@@ -702,7 +330,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   pending = []
   budget = 60 * t.max_train_minutes
   single = jax.process_count() == 1
-  stats, shapes_seen, evals_done = LoopStats(), set(), 0
+  stats, shapes_seen, evals_done = bookkeeping.LoopStats(), set(), 0
   factor_value, factor_on_devices = None, None
 
   def agreed(stop_requested: bool, checkpoint_due: bool) -> tuple[bool, bool, bool, float]:
@@ -722,25 +350,25 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
-    with _checkpoint_errors(ckpt, step):
+    with bookkeeping._checkpoint_errors(ckpt, step):
       path = ckpt.save(step, host, on_signal=on_signal)
     last_ckpt_step, last_ckpt_time = step, time.time()
     print(f"{'saving' if ckpt.async_save and not on_signal else 'saved'} checkpoint {path}",
           flush=True)
 
   # Batches for steps start_step + 1, ... (ds.batch counts from 0), made and placed ahead.
-  profiler = Profiler(t.profile_steps, workdir, start_step)
-  dev_bleu = (DevBleu(cfg, ds, parallel.unreplicate(state.params))
+  profiler = bookkeeping.Profiler(t.profile_steps, workdir, start_step)
+  dev_bleu = (bookkeeping.DevBleu(cfg, ds, parallel.unreplicate(state.params))
               if t.bleu_every_steps and jax.process_index() == 0 else None)
   # The stop handler, once the loop has installed it. One process alone may stop while its
   # input hangs; the processes of a job stop together, at an agreed step.
-  stop_box: list[StopRequest] = []
+  stop_box: list[bookkeeping.StopRequest] = []
   batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
                                 place=functools.partial(parallel.shard, n_devices=n_dev),
                                 stop_requested=lambda: single and bool(stop_box) and
                                 stop_box[0].signal_name is not None)
   try:
-    with StopRequest() as stop, CompileCounter() as compiles:
+    with bookkeeping.StopRequest() as stop, bookkeeping.CompileCounter() as compiles:
       stop_box.append(stop)
       for step in range(start_step + 1, t.steps + 1):
         if budget_spent:
@@ -827,7 +455,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
                 f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
                 f"host {host['host_ms_per_step']:.1f} ms/step | "
-                f"elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}", flush=True)
+                f"elapsed {bookkeeping._fmt_time(elapsed)} | ETA {bookkeeping._fmt_time(eta)}", flush=True)
         if eval_now:
           compiled = compiles.count
           dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
@@ -857,7 +485,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
     if profiler.active:
       profiler.stop(state)
-    with _checkpoint_errors(ckpt, last_ckpt_step):
+    with bookkeeping._checkpoint_errors(ckpt, last_ckpt_step):
       ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
   finally:
     batches.close()

@@ -25,3 +25,24 @@ def shared_data(name: str) -> Path:
   if not path.is_dir():
     pytest.skip(f"{path} not found: tests on real data need the shared/ folder beside the repo")
   return path
+
+
+# Multi-process and cluster-launcher tests (tests/test_multihost.py, tests/test_launchers.py)
+# start several JAX processes each, minutes in all: CI runs them as a second command, so that
+# the README's suite stays within ~10 minutes on 2 cores.
+CLUSTER_ENV = "T2T_JAX_CLUSTER_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+  if os.environ.get(CLUSTER_ENV) == "1":
+    return
+  skip = pytest.mark.skip(reason=f"a multi-process or cluster test: {CLUSTER_ENV}=1 python -m "
+                                 f"pytest -q tests/test_multihost.py tests/test_launchers.py "
+                                 f"runs them (CI does)")
+  for item in items:
+    if item.get_closest_marker("cluster"):
+      item.add_marker(skip)
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")

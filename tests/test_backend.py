@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import experiments
-from t2t_jax import backend, hostmem, model, train
+from t2t_jax import backend, hostmem, model, registry, train
 from t2t_jax.config import ModelConfig, override
 from t2t_jax.errors import UserError
 
@@ -91,7 +90,7 @@ def test_bf16_loss_curve_tracks_float32_on_the_demo(tmp_path):
   curves = {}
   for dtype in ("float32", "bfloat16"):
     workdir = tmp_path / dtype
-    train.train_and_evaluate(override(experiments.get("demo"), {**sets, "model.dtype": dtype}),
+    train.train_and_evaluate(override(registry.get("demo"), {**sets, "model.dtype": dtype}),
                              str(workdir))
     rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
     curves[dtype] = [r["loss"] for r in rows if "loss" in r]
@@ -143,8 +142,8 @@ def test_auto_micro_batch_fills_the_device_and_stays_4096_on_cpu(monkeypatch):
   8 GPUs each takes its 1/8; a 16 GB device accumulates; a CPU keeps its measured 4096;
   a number given by hand wins."""
   from t2t_jax import input_pipeline
-  base = override(experiments.get("base_ende"), {"model.dtype": "bfloat16"})
-  big = override(experiments.get("big_ende"), {"model.dtype": "bfloat16"})
+  base = override(registry.get("base_ende"), {"model.dtype": "bfloat16"})
+  big = override(registry.get("big_ende"), {"model.dtype": "bfloat16"})
   monkeypatch.setattr(backend, "platform", lambda: "gpu")
   monkeypatch.setattr(backend, "device_memory_bytes", lambda: int(0.75 * 80 * 2 ** 30))
   for cfg in (base, big):

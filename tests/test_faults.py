@@ -19,8 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-import experiments
-from t2t_jax import checkpoints, optim, train
+from t2t_jax import checkpoints, optim, registry, train
 from t2t_jax.config import override
 
 from helpers import FAST_DATA, REPO, TINY_MODEL, main_command
@@ -45,7 +44,7 @@ def _run(workdir, mode="train", **changes):
 
 
 def _cfg():
-  return override(experiments.get("demo"), SETS)
+  return override(registry.get("demo"), SETS)
 
 
 def _final(workdir):

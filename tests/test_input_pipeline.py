@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import experiments
-from t2t_jax import data_sources, input_pipeline
+from t2t_jax import data_sources, input_pipeline, registry
 from t2t_jax.config import override
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
@@ -24,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cfg(dataset, **changes):
-  return override(experiments.get("base_ende"),
+  return override(registry.get("base_ende"),
                   {"data.dataset": dataset, "data.train_split": "train",
                    "data.dev_split": "valid", "data.test_split": "test2016",
                    "model.vocab_size": 2000, "train.tokens_per_step": 4000,
@@ -162,7 +161,7 @@ GOOD = {"train.en": "a b\nc d\n", "train.de": "x y\nz w\n", "valid.en": "a\n", "
 
 
 def _tiny(folder, tmp_path):
-  return override(experiments.get("demo"), {"data.dataset": f"folder:{folder}:en-de",
+  return override(registry.get("demo"), {"data.dataset": f"folder:{folder}:en-de",
                                             "data.data_dir": str(tmp_path / "cache"),
                                             "model.vocab_size": 40})
 
@@ -253,7 +252,7 @@ def _sampled_corpus(tmp_path, pairs=3000):
     files[f"{split}.en"] = "".join(s + "\n" for s in src[:n])
     files[f"{split}.de"] = "".join(t + "\n" for t in tgt[:n])
   _write(folder, files)
-  return folder, override(experiments.get("demo"), {
+  return folder, override(registry.get("demo"), {
       "data.dataset": f"folder:{folder}:en-de", "model.vocab_size": 120,
       "data.vocab_sample_sentences": 1000})
 
@@ -278,9 +277,9 @@ def test_two_preparations_give_the_same_vocabulary_and_ids(tmp_path):
 
 def test_two_processes_preparing_one_cache_at_once_both_use_the_first_landed(tmp_path):
   folder, cfg = _sampled_corpus(tmp_path)
-  code = ("import sys, experiments; from t2t_jax import input_pipeline; "
+  code = ("import sys; from t2t_jax import input_pipeline, registry; "
           "from t2t_jax.config import override; "
-          f"cfg = override(experiments.get('demo'), {{'data.dataset': 'folder:{folder}:en-de', "
+          f"cfg = override(registry.get('demo'), {{'data.dataset': 'folder:{folder}:en-de', "
           f"'model.vocab_size': 120, 'data.vocab_sample_sentences': 1000, "
           f"'data.data_dir': '{tmp_path / 'shared_cache'}'}}); "
           "ds = input_pipeline.load(cfg, num_devices=1); print('DIR', ds.directory); "
@@ -318,11 +317,11 @@ def test_a_workdir_keeps_its_vocabulary(tmp_path):
   assert r.returncode == 0, r.stderr[-2000:]
   assert len(r.stdout.splitlines()) == 1 and not cache.exists()
   # A cache with another vocabulary under the same settings (e.g. built from other files).
-  cfg_dir = Path(input_pipeline.prepared_dir(override(experiments.get("demo"), {
+  cfg_dir = Path(input_pipeline.prepared_dir(override(registry.get("demo"), {
       "data.dataset": f"folder:{folder}:en-de", "data.data_dir": str(cache),
       "model.vocab_size": 120, "data.vocab_sample_sentences": 1000})))
   assert input_pipeline.file_sha256(cfg_dir / "spm.model") == recorded  # rebuilt the same
-  other = Path(input_pipeline.prepared_dir(override(experiments.get("demo"), {
+  other = Path(input_pipeline.prepared_dir(override(registry.get("demo"), {
       "data.dataset": f"folder:{folder}:en-de", "data.data_dir": str(tmp_path / "other"),
       "model.vocab_size": 60, "data.vocab_sample_sentences": 1000})))
   shutil.copyfile(other / "spm.model", cfg_dir / "spm.model")
@@ -398,7 +397,7 @@ def test_the_tfds_source_reads_the_named_builder_split_and_direction(tmp_path):
     seen.append((builder.name, builder.builder_config.name, str(split)))
     rows = _named_pairs(str(split))
     return tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in ("de", "en")})
-  cfg = override(experiments.get("demo"), {
+  cfg = override(registry.get("demo"), {
       "data.dataset": "tfds:wmt14_translate/de-en:en-de", "data.data_dir": str(tmp_path),
       "data.dev_split": "validation", "model.vocab_size": 100, "model.num_layers": 1,
       "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2, "model.d_k": 16,
@@ -427,7 +426,7 @@ def test_tfds_downloads_into_the_named_data_folder_and_its_cache_is_keyed_by_spl
     rows = _named_pairs(str(split))
     return tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in ("de", "en")})
   monkeypatch.setenv("T2T_JAX_DATA_DIR", str(tmp_path / "scratch"))
-  cfg = override(experiments.get("demo"), {
+  cfg = override(registry.get("demo"), {
       "data.dataset": "tfds:wmt14_translate/de-en:en-de", "data.dev_split": "validation",
       "model.vocab_size": 100})
   monkeypatch.setattr(tfds, "builder", builder)
@@ -462,7 +461,7 @@ def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
   datasets.DatasetDict({split: datasets.Dataset.from_list(
       [{"translation": r} for r in _named_pairs(split)])
       for split in ("train", "validation", "test")}).save_to_disk(str(saved))
-  cfg = override(experiments.get("demo"), {
+  cfg = override(registry.get("demo"), {
       "data.dataset": f"hf:{saved}:en-de", "data.dev_split": "validation",
       "model.vocab_size": 100, "model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64,
       "model.num_heads": 2, "model.d_k": 16, "model.d_v": 16, "train.steps": 1,
@@ -477,7 +476,7 @@ def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
 def test_an_incomplete_cache_folder_is_replaced_not_kept(tmp_path):
   """Issue 45 (7): a cache folder without meta.json (an interrupted copy) was kept as if
   another process had finished first; every run then prepared again and failed."""
-  cfg = override(experiments.get("demo"), {"data.data_dir": str(tmp_path),
+  cfg = override(registry.get("demo"), {"data.data_dir": str(tmp_path),
                                            "model.vocab_size": 100})
   out_dir = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))[0]
   os.makedirs(out_dir)
@@ -493,7 +492,7 @@ def test_split_names_cannot_leave_the_cache_and_an_empty_training_split_is_named
   cache), and an empty training split was SentencePiece's traceback."""
   from t2t_jax.config import ConfigError, validate
   with pytest.raises(ConfigError, match="data.dev_split: a split name"):
-    validate(override(experiments.get("demo"), {"data.dev_split": "../../x"}))
+    validate(override(registry.get("demo"), {"data.dev_split": "../../x"}))
   folder = tmp_path / "data"
   _write(folder, {**GOOD, "train.en": "a\n\n", "train.de": "\nb\n"})
   with pytest.raises(UserError, match="the training split 'train' .* has no pairs"):
@@ -502,7 +501,7 @@ def test_split_names_cannot_leave_the_cache_and_an_empty_training_split_is_named
 
 def test_a_damaged_workdir_vocabulary_is_named_not_unk_is_not_defined(tmp_path):
   """Issue 45 (13): the recorded spm.model.sha256 was never read."""
-  cfg = override(experiments.get("demo"), {"model.vocab_size": 100})
+  cfg = override(registry.get("demo"), {"model.vocab_size": 100})
   cache = input_pipeline.prepared_dir(cfg)
   input_pipeline.record_vocab(str(tmp_path), cache)
   assert input_pipeline.workdir_vocab([str(tmp_path)]) == str(tmp_path / "spm.model")
@@ -517,7 +516,7 @@ def test_held_out_lines_stay_aligned_with_their_files_through_eval(tmp_path):
   """Issue 45 (12): pairs with an empty side were dropped from dev and test too, so
   eval/<split>.hyp was not aligned with the test file and BLEU silently used a subset. They
   are dropped from training only; an empty source translates to an empty line."""
-  from t2t_jax import evaluate, train
+  from t2t_jax import inference, train
   folder = tmp_path / "data"
   _write(folder, {"train.en": "a b\nc d\n\ne f\n" * 20, "train.de": "x y\nz w\nq\nv u\n" * 20,
                   "valid.en": "a\n\nc d\n", "valid.de": "x\ny\n\n",
@@ -530,6 +529,6 @@ def test_held_out_lines_stay_aligned_with_their_files_through_eval(tmp_path):
   assert ds.raw("test") == (["c", "", "a b"], ["z", "w", "x y"])
   assert ds.raw("valid") == (["a", "", "c d"], ["x", "y", ""])
   train.train_and_evaluate(cfg, str(tmp_path / "run"))
-  evaluate.run_eval(cfg, str(tmp_path / "run"), splits=["test"], ds=ds)
+  inference.run_eval(cfg, str(tmp_path / "run"), splits=["test"], ds=ds)
   hyps = (tmp_path / "run" / "eval" / "test.hyp").read_text().split("\n")[:-1]
   assert len(hyps) == 3 and hyps[1] == ""

@@ -1,5 +1,5 @@
 """The cluster launchers, run for real: `mpirun` (Open MPI) and SLURM (`srun`, and `sbatch` of
-experiments/launch/slurm_gpu.sbatch) start `--distributed` training through jax's own
+launch/slurm_gpu.sbatch) start `--distributed` training through jax's own
 cluster detection. Each job trains, checkpoints, stops on a SIGTERM to one task, and resumes
 to the parameters of a single-process run.
 
@@ -25,6 +25,8 @@ import pytest
 from helpers import REPO, tiny_cfg
 from test_multihost import DEVICES, _free_port
 from test_train import _final_params, _train_cmd
+
+pytestmark = pytest.mark.cluster
 
 # Two tasks of 4 devices each; sync and checkpoint often, so a stop lands within seconds.
 EXTRA = {"train.final_eval": False, "train.checkpoint_every_steps": 100_000,
@@ -91,6 +93,24 @@ def _assert_equals_single_process(tmp_path, workdir, steps):
     np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
+def _stop_resume_and_compare(launch, tmp_path, workdir, env):
+  """A job of `launch(workdir, steps)` stopped by a SIGTERM to one of its tasks, then
+  resumed for 3 steps: equal to a one-process run."""
+  proc = subprocess.Popen(launch(workdir, 100_000), cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = _stop_one_task_once_training(proc, str(workdir))
+  out += proc.communicate(timeout=TIMEOUT)[0]
+  assert proc.returncode == 0, out[-3000:]
+  assert "process 1 of 2: 4 local of 8 devices" in out  # jax found the job from the launcher
+  stopped = _stopped_step(out)
+  assert stopped % 2 == 0 and "on SIGTERM" in out and "on a signal to another process" in out
+  r = subprocess.run(launch(workdir, stopped + 3), cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=TIMEOUT)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  assert r.stdout.count(f"resuming from checkpoint {stopped}") == 2
+  _assert_equals_single_process(tmp_path, workdir, stopped + 3)
+
+
 # ---------------------------------------------------------------------------------------
 # Open MPI
 
@@ -103,21 +123,8 @@ def _mpirun(workdir, steps, extra=EXTRA):
 
 def test_mpirun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(tmp_path):
   _need("mpirun")
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
-  workdir = tmp_path / "mpi_run"
-  proc = subprocess.Popen(_mpirun(workdir, 100_000), cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  out = _stop_one_task_once_training(proc, str(workdir))
-  out += proc.communicate(timeout=TIMEOUT)[0]
-  assert proc.returncode == 0, out[-3000:]
-  assert "process 1 of 2: 4 local of 8 devices" in out  # jax found the job from Open MPI
-  stopped = _stopped_step(out)
-  assert stopped % 2 == 0 and "on SIGTERM" in out and "on a signal to another process" in out
-  r = subprocess.run(_mpirun(workdir, stopped + 3), cwd=REPO, env=env, capture_output=True,
-                     text=True, timeout=TIMEOUT)
-  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-  assert r.stdout.count(f"resuming from checkpoint {stopped}") == 2
-  _assert_equals_single_process(tmp_path, workdir, stopped + 3)
+  _stop_resume_and_compare(_mpirun, tmp_path, tmp_path / "mpi_run",
+                           {**os.environ, "XLA_FLAGS": DEVICES.format(4)})
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,25 +228,12 @@ def _srun(workdir, steps):
 
 
 def test_srun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(slurm, tmp_path):
-  env = {**slurm, "XLA_FLAGS": DEVICES.format(4)}
-  workdir = tmp_path / "srun_run"
-  proc = subprocess.Popen(_srun(workdir, 100_000), cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  out = _stop_one_task_once_training(proc, str(workdir))
-  out += proc.communicate(timeout=TIMEOUT)[0]
-  assert proc.returncode == 0, out[-3000:]
-  assert "process 1 of 2: 4 local of 8 devices" in out  # jax found the job from SLURM
-  stopped = _stopped_step(out)
-  assert "on SIGTERM" in out and "on a signal to another process" in out
-  r = subprocess.run(_srun(workdir, stopped + 3), cwd=REPO, env=env, capture_output=True,
-                     text=True, timeout=TIMEOUT)
-  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-  assert r.stdout.count(f"resuming from checkpoint {stopped}") == 2
-  _assert_equals_single_process(tmp_path, workdir, stopped + 3)
+  _stop_resume_and_compare(_srun, tmp_path, tmp_path / "srun_run",
+                           {**slurm, "XLA_FLAGS": DEVICES.format(4)})
 
 
 def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slurm, tmp_path):
-  """experiments/launch/slurm_gpu.sbatch unchanged, on two nodes of one task each: only
+  """launch/slurm_gpu.sbatch unchanged, on two nodes of one task each: only
   environment variables adapt it (the experiment, workdir and data folder it reads, and
   SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every step."""
   workdir = tmp_path / "sbatch_run"
@@ -253,7 +247,7 @@ def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slur
     env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
            "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
            "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
-    r = subprocess.run(["sbatch", "--wait", str(REPO / "experiments/launch/slurm_gpu.sbatch"), *set_flags(sets)],
+    r = subprocess.run(["sbatch", "--wait", str(REPO / "launch/slurm_gpu.sbatch"), *set_flags(sets)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     job = r.stdout.split()[-1] if r.stdout.strip() else "?"
     log = (tmp_path / f"job-{job}.out")

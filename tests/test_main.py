@@ -12,9 +12,9 @@ from t2t_jax.config import ExperimentConfig, override
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(*args, **kwargs):
+def run(*args, cwd=REPO, **kwargs):
   env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-  return subprocess.run([sys.executable, "-m", "t2t_jax.main", *args], cwd=REPO, env=env,
+  return subprocess.run([sys.executable, "-m", "t2t_jax.main", *args], cwd=cwd, env=env,
                         capture_output=True, text=True, timeout=120, **kwargs)
 
 
@@ -107,3 +107,37 @@ def test_an_object_store_workdir_is_refused_not_made_a_local_folder(tmp_path):
                      text=True, timeout=120)
   assert r.returncode == 2 and "object-store paths are not supported" in r.stderr
   assert not (tmp_path / "gs:").exists()
+
+
+def test_a_folder_with_its_own_experiments_package_does_not_shadow_ours(tmp_path):
+  """Issue 46: the installed top-level `experiments` package lost to any `experiments/` in
+  the working directory, and the command died with an AttributeError."""
+  (tmp_path / "experiments").mkdir()
+  (tmp_path / "experiments" / "__init__.py").write_text("LAB = 'my own experiments'\n")
+  r = run("--mode=params", "--experiment=base_ende", cwd=tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "params: 63045632" in r.stdout.splitlines()
+
+
+def test_an_experiment_can_be_a_function_in_any_file(tmp_path):
+  (tmp_path / "my_configs.py").write_text(
+      "from t2t_jax import registry\nfrom t2t_jax.config import override\n\n\n"
+      "def two_layers():\n  \"\"\"base_ende with two layers a side.\"\"\"\n"
+      "  return override(registry.get('base_ende'), {'model.num_layers': 2, "
+      "'model.vocab_size': 1000})\n")
+  r = run("--mode=params", f"--experiment={tmp_path / 'my_configs.py'}:two_layers")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "params: 15212544" in r.stdout.splitlines()  # as test_set_overrides_reach_the_model
+  r = run("--mode=params", f"--experiment={tmp_path / 'my_configs.py'}:three")
+  assert r.returncode == 2
+  assert "has no function 'three' (it has two_layers)" in r.stderr
+  assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_help_lists_every_experiment_with_its_description_and_exits_0():
+  from t2t_jax import registry
+  r = run("--help")
+  assert r.returncode == 0, r.stderr
+  for name, text in registry.descriptions().items():
+    assert f"{name}  " in r.stdout and text in r.stdout
+  assert "--workdir" in r.stdout and "--mode" in r.stdout

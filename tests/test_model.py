@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import experiments
-from t2t_jax import model
+from t2t_jax import cpu_kernels, model, registry
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
@@ -110,14 +109,14 @@ def closed_form_params(vocab, n, d, d_ff, h, d_k, d_v, n_enc=None):
 
 @pytest.mark.parametrize("name", ["base_ende", "big_ende", "table3_b_dk16", "table3_c_d256"])
 def test_param_count_equals_closed_form(name):
-  m = experiments.get(name).model
+  m = registry.get(name).model
   expected = closed_form_params(m.vocab_size, m.num_layers, m.d_model, m.d_ff, m.num_heads,
                                 m.d_k, m.d_v)
   assert model.count_params(model.abstract_params(m)) == expected
 
 
 def test_deeper_encoder_than_decoder_has_the_closed_form_count():
-  m = dataclasses.replace(experiments.get("multi30k_ende").model, encoder_layers=6)
+  m = dataclasses.replace(registry.get("multi30k_ende").model, encoder_layers=6)
   expected = closed_form_params(m.vocab_size, 3, m.d_model, m.d_ff, m.num_heads, m.d_k, m.d_v,
                                 n_enc=6)
   assert model.count_params(model.abstract_params(m)) == expected
@@ -127,7 +126,7 @@ def test_deeper_encoder_than_decoder_has_the_closed_form_count():
 
 
 def test_paper_param_counts_within_8_percent():
-  from t2t_jax import param_table
+  from t2t_jax.tools import param_table
   for row in param_table.rows():
     if row["paper_m"] is not None:
       assert abs(row["ours_m"] / row["paper_m"] - 1) < 0.08, row
@@ -239,7 +238,7 @@ def test_tied_logits_gradient_matches_the_plain_product():
   emb = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(2, 3, 11)), jnp.float32)
   plain = lambda y, e: jnp.sum(jnp.einsum("bld,vd->blv", y, e) * g)
-  tied = lambda y, e: jnp.sum(model.tied_logits(y, e, TINY) * g)
+  tied = lambda y, e: jnp.sum(cpu_kernels.tied_logits(y, e, TINY) * g)
   np.testing.assert_allclose(tied(y, emb), plain(y, emb), rtol=1e-5)
   # d/dy = g @ E and d/dE = g^T y, written out with numpy.
   dy, de = jax.grad(tied, argnums=(0, 1))(y, emb)
@@ -344,7 +343,7 @@ def test_memory_estimate_per_token_covers_what_xla_allocates(full_logits):
   """The auto micro-batch trusts `train_bytes_per_token`: it must not fall below what XLA
   itself plans for a training step's temporaries (here XLA:CPU's plan for a float32 step),
   nor be so loose that it wastes most of a device."""
-  import experiments as exps
+  from t2t_jax import registry as exps
   from t2t_jax import train
   from t2t_jax.config import override
   cfg = dataclasses.replace(TINY, vocab_size=300, d_model=64, d_ff=128, num_heads=4,

@@ -6,10 +6,13 @@ import socket
 import subprocess
 
 import jax
+import pytest
 import numpy as np
 
 from t2t_jax import optim, train
 from test_train import REPO, _final_params, _train_cmd, tiny_cfg
+
+pytestmark = pytest.mark.cluster
 
 DEVICES = "--xla_force_host_platform_device_count={}"
 

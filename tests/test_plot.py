@@ -2,7 +2,7 @@
 
 import json
 
-from t2t_jax import plot
+from t2t_jax.tools import plot
 
 
 def _write_run(directory, dev_ppls):

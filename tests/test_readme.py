@@ -51,7 +51,7 @@ def test_readme_command_runs_in_a_quick_form(cmd):
     assert r.returncode == 0 and "--quantization" in r.stdout, r.stderr[-2000:]
     return
   if words[0] in ("sbatch", "bash"):
-    script = next(w for w in words if w.startswith("experiments/"))
+    script = next(w for w in words if w.startswith("launch/"))
     r = subprocess.run(["bash", "-n", script], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return

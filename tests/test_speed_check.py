@@ -2,7 +2,7 @@
 
 import pytest
 
-from t2t_jax import speed_check
+from t2t_jax.tools import speed_check
 
 
 def test_a_peak_far_below_what_this_gpu_kind_reaches_is_suspect_not_divided_by():

@@ -16,7 +16,7 @@ MINI = {**TINY_MODEL, **FAST_DATA, "train.steps": 10, "train.tokens_per_step": 5
 
 
 def _sweep(workdir, *extra):
-  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={workdir}",
+  args = [sys.executable, "-m", "t2t_jax.tools.sweep", "--sweep=table3", f"--workdir={workdir}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2"]
   args += set_flags(MINI)
   return subprocess.run(args + list(extra), cwd=REPO, capture_output=True, text=True,
@@ -35,7 +35,7 @@ def test_print_commands_gives_one_launch_command_per_row_and_the_row_change_wins
 
 
 def test_width_and_depth_scale_keep_each_rows_ratio_to_base(tmp_path):
-  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
+  args = [sys.executable, "-m", "t2t_jax.tools.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--rows=table3_base,table3_c_d256,table3_b_dk16,table3_big,table3_c_n2,table3_c_n8",
           "--width_scale=0.25", "--depth_scale=0.5", "--set", "train.steps=7",
           "--print_commands"]
@@ -96,7 +96,7 @@ def test_report_marks_rows_not_yet_run_as_pending(tmp_path):
 def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_path):
   """--parallel=2: two runs side by side, each on its own core; a SIGTERM stops both with a
   checkpoint, the same command finishes them, and base's two seeds make one row with a spread."""
-  args = [sys.executable, "-m", "t2t_jax.sweep", "--sweep=table3", f"--workdir={tmp_path}",
+  args = [sys.executable, "-m", "t2t_jax.tools.sweep", "--sweep=table3", f"--workdir={tmp_path}",
           "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", "--seeds=2",
           "--seeds_for=table3_base"]
   # The first call asks for more steps than either run can take before the signal, so the

@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import experiments
-from t2t_jax import checkpoints, optim, parallel, train
+from t2t_jax import bookkeeping, checkpoints, optim, parallel, registry, train
 from t2t_jax.config import override
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
@@ -30,7 +29,7 @@ from helpers import FAST_DATA, REPO, TINY_MODEL, main_command, tiny_cfg
     (100000, 0.00013975425),                 # 0.0441942 * 0.0031623
 ])
 def test_schedule_is_the_papers(step, expected):
-  cfg = experiments.get("base_ende")
+  cfg = registry.get("base_ende")
   assert float(optim.learning_rate(step, 512, 4000)) == pytest.approx(expected, rel=1e-5)
   # optax counts from 0: update number `step` uses lrate(step).
   assert float(optim.schedule(cfg)(step - 1)) == pytest.approx(expected, rel=1e-5)
@@ -43,7 +42,7 @@ def test_cooldown_falls_linearly_to_zero_at_the_last_step(step, ramp):
   paper = 256 ** -0.5 * min(step ** -0.5, step * 200 ** -1.5)
   got = optim.learning_rate(step, 256, 200, total_steps=1000, cooldown_steps=400)
   assert float(got) == pytest.approx(paper * ramp, rel=1e-5, abs=1e-12)
-  cfg = override(experiments.get("base_ende"), {"model.d_model": 256, "train.warmup_steps": 200,
+  cfg = override(registry.get("base_ende"), {"model.d_model": 256, "train.warmup_steps": 200,
                                                 "train.steps": 1000, "train.cooldown_steps": 400})
   assert float(optim.schedule(cfg)(step - 1)) == pytest.approx(paper * ramp, rel=1e-5, abs=1e-12)
 
@@ -167,18 +166,18 @@ def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch_with_d
 def test_workdir_refuses_another_model_but_not_a_record_older_than_a_new_field(tmp_path):
   from t2t_jax.errors import UserError
   cfg = tiny_cfg()
-  train.write_run_info(cfg, str(tmp_path))
+  bookkeeping.write_run_info(cfg, str(tmp_path))
   wider = override(cfg, {"model.d_model": 64})
   with pytest.raises(UserError, match="model.d_model"):
-    train.check_run_info(wider, str(tmp_path))
+    bookkeeping.check_run_info(wider, str(tmp_path))
   # A run recorded before `model.encoder_layers` existed trained with its default.
   path = tmp_path / "experiment.json"
   record = json.loads(path.read_text())
   del record["config"]["model"]["encoder_layers"]
   path.write_text(json.dumps(record))
-  train.check_run_info(cfg, str(tmp_path))
+  bookkeeping.check_run_info(cfg, str(tmp_path))
   with pytest.raises(UserError, match="model.encoder_layers"):
-    train.check_run_info(override(cfg, {"model.encoder_layers": 3}), str(tmp_path))
+    bookkeeping.check_run_info(override(cfg, {"model.encoder_layers": 3}), str(tmp_path))
 
 
 def test_ensemble_members_must_share_the_vocabulary_but_not_the_shape(tmp_path):
@@ -188,7 +187,7 @@ def test_ensemble_members_must_share_the_vocabulary_but_not_the_shape(tmp_path):
   for name, changes in [("main", {}), ("wider", {"model.d_model": 64}),
                         ("vocab", {"model.vocab_size": 128}), ("data", {"data.bucket_growth": 1.5})]:
     (tmp_path / name).mkdir()
-    train.write_run_info(override(cfg, changes), str(tmp_path / name))
+    bookkeeping.write_run_info(override(cfg, changes), str(tmp_path / name))
   ensemble = lambda other: translator.load_ensemble(cfg, [str(tmp_path / "main"),
                                                         str(tmp_path / other)])
   with pytest.raises(UserError, match="model.vocab_size.*share one vocabulary"):
@@ -494,7 +493,7 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
 
 def test_compile_counter_sees_a_new_compilation():
   x = np.arange(7.0, dtype=np.float32)
-  with train.CompileCounter() as compiles:
+  with bookkeeping.CompileCounter() as compiles:
     f = jax.jit(lambda x: x * 3 + 1)
     f(x).block_until_ready()
     f(x + 1).block_until_ready()  # the same shape: no second compilation
@@ -792,17 +791,17 @@ def test_how_the_model_computes_may_change_but_not_its_shape_or_training(tmp_pat
   smoothing when decoding; a shape never."""
   from t2t_jax.errors import UserError
   cfg = tiny_cfg()
-  train.write_run_info(cfg, str(tmp_path))
+  bookkeeping.write_run_info(cfg, str(tmp_path))
   compute = override(cfg, {"model.dtype": "bfloat16", "model.implementation": "plain",
                            "model.fused_attention": True})
-  train.check_run_info(compute, str(tmp_path))
-  train.check_run_info(compute, str(tmp_path), training=False)
+  bookkeeping.check_run_info(compute, str(tmp_path))
+  bookkeeping.check_run_info(compute, str(tmp_path), training=False)
   dropout = override(cfg, {"model.dropout": 0.3, "model.label_smoothing": 0.0})
-  train.check_run_info(dropout, str(tmp_path), training=False)
+  bookkeeping.check_run_info(dropout, str(tmp_path), training=False)
   with pytest.raises(UserError, match="model.dropout, model.label_smoothing"):
-    train.check_run_info(dropout, str(tmp_path))
+    bookkeeping.check_run_info(dropout, str(tmp_path))
   with pytest.raises(UserError, match="model.num_heads"):
-    train.check_run_info(override(cfg, {"model.num_heads": 4}), str(tmp_path), training=False)
+    bookkeeping.check_run_info(override(cfg, {"model.num_heads": 4}), str(tmp_path), training=False)
 
 
 def test_dev_bleu_and_samples_are_logged_while_training(tmp_path):
@@ -875,12 +874,12 @@ def test_a_torn_metrics_line_is_skipped_and_no_restart_erases_history(tmp_path, 
   """Issue 45 (9) and (1): a torn last line of metrics.jsonl (a host crash) is skipped with a
   warning by the trainer and the plot; lines past the resumed step move to
   metrics.superseded.jsonl instead of vanishing."""
-  from t2t_jax import plot
+  from t2t_jax.tools import plot
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 10, "loss": 3.0, "elapsed_sec": 5.0}\n'
                   '{"step": 20, "loss": 2.0, "elapsed_sec": 9.0}\n{"step": 30, "lo')
   assert [r["step"] for r in plot.read_metrics(str(tmp_path))] == [10, 20]
-  log = train.MetricsLog(str(tmp_path), resume_step=10, enabled=True)
+  log = bookkeeping.MetricsLog(str(tmp_path), resume_step=10, enabled=True)
   log.close()
   assert "line 3 is not a whole JSON object" in capsys.readouterr().err
   assert [json.loads(l)["step"] for l in path.read_text().splitlines()] == [10]
@@ -901,7 +900,7 @@ def test_workdir_write_probes_of_hosts_with_equal_pids_do_not_collide(tmp_path, 
   def probe():
     for _ in range(150):
       try:
-        train.check_workdir(cfg, str(tmp_path))
+        bookkeeping.check_workdir(cfg, str(tmp_path))
       except UserError as e:
         errors.append(str(e))
   threads = [threading.Thread(target=probe) for _ in range(2)]
@@ -975,7 +974,7 @@ def test_a_first_run_that_failed_pins_nothing_and_changed_updates_are_recorded(t
   the tokens per step did so silently, the record rewritten."""
   from t2t_jax.errors import UserError
   cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False})
-  train.write_run_info(override(cfg, {"data.bucket_growth": 1.5}), str(tmp_path))  # failed
+  bookkeeping.write_run_info(override(cfg, {"data.bucket_growth": 1.5}), str(tmp_path))  # failed
   train.train_and_evaluate(cfg, str(tmp_path))  # the corrected command is not refused
   with pytest.raises(UserError, match="data.bucket_growth"):  # once trained, it is
     train.train_and_evaluate(override(cfg, {"data.bucket_growth": 1.5}), str(tmp_path))

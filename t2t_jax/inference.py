@@ -1,0 +1,254 @@
+"""The command's inference modes: eval (BLEU on dev/test), translate (stdin -> stdout),
+score (log-probabilities of given pairs), attention (PNG).
+
+All of them decode with the models `translator` loads: the averaged checkpoint when one
+exists (paper section 6.1), else the latest training checkpoint; eval and translate can also
+decode with an ensemble of several workdirs' models (`--ensemble`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Iterator, Sequence
+
+from t2t_jax import bleu, input_pipeline, translator
+from t2t_jax.config import ExperimentConfig, evaluation_splits
+from t2t_jax.errors import UserError
+
+
+def _target_lang(cfg: ExperimentConfig, ds: Any) -> str:
+  lang = getattr(ds, "tgt_lang", None) or cfg.data.dataset.rsplit("-", 1)[-1]
+  return lang if lang.isalpha() and len(lang) <= 3 else "en"
+
+
+def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = None,
+             samples: int = 0, ds: Any = None, ensemble: Sequence[str] = ()) -> dict[str, dict]:
+  """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints both BLEUs.
+
+  A run of `ensemble.members` models decodes with all of them. With `ensemble` (other
+  workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so this run's figures stay.
+  """
+  ds = ds or input_pipeline.load(cfg, num_devices=1)
+  dirs = translator.model_dirs(cfg, workdir, ensemble)
+  input_pipeline.check_vocab(dirs, ds.directory)
+  decoder, label = translator.load_decoder(cfg, dirs, ds.vocab)
+  out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
+  os.makedirs(out_dir, exist_ok=True)
+  lang = _target_lang(cfg, ds)
+  results = {}
+  for split in splits or evaluation_splits(cfg):
+    sources, refs = ds.raw(split)
+    start = time.time()
+    mbr_note = f", MBR temperature {cfg.decode.mbr_temperature}" if cfg.decode.mbr else ""
+    print(f"decoding {split}: {len(sources)} sentences (beam {cfg.decode.beam_size}, "
+          f"alpha {cfg.decode.alpha}{mbr_note}) with {label}", flush=True)
+    hyps = decoder.translate(sources)
+    seconds = time.time() - start
+    score, signature = bleu.sacrebleu_score(hyps, refs)
+    tok_score = bleu.tokenized_bleu(hyps, refs, lang)
+    _write_atomic(os.path.join(out_dir, f"{split}.hyp"), "".join(h + "\n" for h in hyps))
+    result = {"split": split, "sacrebleu": round(score, 2), "tokenized_bleu": round(tok_score, 2),
+              "signature": signature, "checkpoint": _portable(label, workdir),
+              "num_sentences": len(hyps),
+              "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
+              "min_length": cfg.decode.min_length, **_mbr_fields(cfg),
+              "decode_seconds": round(seconds, 1),
+              "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
+    if len(dirs) > 1:
+      result["ensemble"] = [_portable(d, workdir) for d in dirs]
+    _write_atomic(os.path.join(out_dir, f"{split}.json"), json.dumps(result, indent=2) + "\n")
+    print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
+          f"[{len(hyps)} sentences, {seconds:.0f}s]", flush=True)
+    for src, hyp, ref in list(zip(sources, hyps, refs))[:samples]:
+      print(f"  source:    {src}\n  output:    {hyp}\n  reference: {ref}")
+    results[split] = result
+  return results
+
+
+def _mbr_fields(cfg: ExperimentConfig) -> dict[str, Any]:
+  if not cfg.decode.mbr:
+    return {}
+  return {"mbr": True, "mbr_temperature": cfg.decode.mbr_temperature}
+
+
+def _portable(text: str, workdir: str) -> str:
+  """`text` with the workdir's absolute path written as WORKDIR, so that a result file
+  names no machine's folders."""
+  return text.replace(os.path.abspath(workdir), "WORKDIR")
+
+
+def _write_atomic(path: str, text: str) -> None:
+  """Written under a name of this process's own (two evaluations of one workdir at once
+  must not write into each other's file), then renamed into place."""
+  from t2t_jax import data_sources
+  tmp = data_sources.temporary_name(path)
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+# Lines decoded together from a file or a pipe: enough for full batches on every device,
+# few enough that memory stays bounded whatever the input's length.
+CHUNK_LINES = 1000
+PROGRESS_EVERY_SEC = 10.0
+
+
+def _lines(stream: Any, name: str) -> Iterator[str]:
+  """The input's lines, decoded as UTF-8; a line that is not valid UTF-8 is translated with
+  U+FFFD in place of its bad bytes, with a warning naming it (never an error mid-stream)."""
+  for number, raw in enumerate(stream, start=1):
+    try:
+      yield raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+      print(f"warning: {name} line {number}: invalid UTF-8 ({e.reason} at byte {e.start}); "
+            f"bad bytes replaced by U+FFFD", file=sys.stderr, flush=True)
+      yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+  while True:
+    chunk = list(itertools.islice(lines, size))
+    if not chunk:
+      return
+    yield chunk
+
+
+@contextlib.contextmanager
+def _input(input_path: str | None):
+  """(binary stream, its name, whether a person is typing into it)."""
+  if input_path:
+    if not os.path.exists(input_path):
+      raise UserError(f"--input file not found: {input_path}")
+    with open(input_path, "rb") as f:
+      yield f, input_path, False
+  else:
+    yield sys.stdin.buffer, "stdin", sys.stdin.isatty()
+
+
+@contextlib.contextmanager
+def _output(output_path: str | None):
+  """stdout, or a file written under a temporary name and renamed when complete (an
+  interrupted command leaves no partial file). Its folder is checked before any work."""
+  if not output_path:
+    yield sys.stdout
+    sys.stdout.flush()
+    return
+  folder = os.path.dirname(os.path.abspath(output_path))
+  if not os.path.isdir(folder):
+    raise UserError(f"--output: no such folder: {folder}")
+  tmp = f"{output_path}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      yield f
+    os.replace(tmp, output_path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+class _Progress:
+  """A line on stderr every PROGRESS_EVERY_SEC of a long input: lines done, lines/s."""
+
+  def __init__(self, what: str):
+    self.what, self.start, self.last, self.done = what, time.time(), time.time(), 0
+
+  def add(self, n: int) -> None:
+    self.done += n
+    if time.time() - self.last >= PROGRESS_EVERY_SEC:
+      self.last = time.time()
+      rate = self.done / max(self.last - self.start, 1e-9)
+      print(f"{self.what} {self.done:,d} lines ({rate:,.1f} lines/s)", file=sys.stderr,
+            flush=True)
+
+
+def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
+                  output_path: str | None, ensemble: Sequence[str] = (), nbest: int = 0
+                  ) -> None:
+  """One translation per input line, streamed: the model loads first; typed lines are
+  translated as each is entered, a file or a pipe in chunks of CHUNK_LINES (bounded memory,
+  progress on stderr). Empty lines give empty translations, so outputs stay aligned.
+
+  `nbest` > 0: NBEST_FORMAT lines instead (the beam widened to `nbest` if it is narrower).
+  """
+  settings = {"beam_size": max(cfg.decode.beam_size, nbest)} if nbest else {}
+  with _input(input_path) as (stream, name, typing), _output(output_path) as out:
+    tr = translator.Translator.from_config(cfg, workdir, ensemble, **settings)
+    print(f"translating {name} with {tr.label}" +
+          (" (one line at a time: end with Ctrl-D)" if typing else ""), file=sys.stderr,
+          flush=True)
+    progress, index = _Progress("translated"), 0
+    for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
+      if nbest:
+        for hyps in tr.translate_nbest(chunk):
+          for text, score in [h for h in hyps if math.isfinite(h[1])][:nbest] or [("", 0.0)]:
+            out.write(f"{index}\t{score:.6f}\t{text}\n")
+          index += 1
+      else:
+        out.write("".join(h + "\n" for h in tr.translate(chunk)))
+      out.flush()
+      progress.add(len(chunk))
+
+
+# `--nbest=K`: K lines per input line, best first: its 0-based index, the score the search
+# ranked it by (log p / GNMT length penalty), the translation, separated by tabs.
+NBEST_FORMAT = "INDEX\tSCORE\tTRANSLATION"
+
+
+def run_score(cfg: ExperimentConfig, workdir: str, input_path: str | None,
+              output_path: str | None, ensemble: Sequence[str] = ()) -> None:
+  """`--mode=score`: reads `SOURCE<TAB>TARGET` lines and writes `SUM<TAB>PER_TOKEN` per line:
+  log p(target | source) under the model (an ensemble: its mean probability), summed over
+  the target's tokens with its EOS, and divided by their number. An empty line gives an empty
+  line; a line without a tab is a one-line error naming it."""
+  with _input(input_path) as (stream, name, typing), _output(output_path) as out:
+    tr = translator.Translator.from_config(cfg, workdir, ensemble)
+    print(f"scoring {name} with {tr.label}", file=sys.stderr, flush=True)
+    progress, number = _Progress("scored"), 0
+    for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
+      pairs, rows = [], []
+      for line in chunk:
+        number += 1
+        if not line.strip():
+          rows.append(None)
+          continue
+        if "\t" not in line:
+          raise UserError(f"{name} line {number}: expected SOURCE<TAB>TARGET, found no tab")
+        src, tgt = line.split("\t", 1)
+        rows.append(len(pairs))
+        pairs.append((src, tgt))
+      scores = tr.score(pairs) if pairs else []
+      out.write("".join("\n" if r is None else f"{scores[r][0]:.6f}\t{scores[r][1]:.6f}\n"
+                        for r in rows))
+      out.flush()
+      progress.add(len(chunk))
+
+
+def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, layer: int,
+                  output: str | None) -> str:
+  """Translates `sentence` and draws every head's attention for that pair."""
+  if cfg.ensemble.members > 1:
+    raise UserError(f"--mode=attention draws one model; this run has {cfg.ensemble.members} "
+                     f"members: give --workdir={os.path.join(workdir, 'member0')} and "
+                     f"--set ensemble.members=1")
+  from t2t_jax import attention_plot
+  from t2t_jax.special_tokens import EOS_ID
+  if not sentence or not sentence.strip():
+    raise UserError("--mode=attention needs --sentence=\"...\"")
+  params, label = translator.load_inference_params(cfg, workdir)
+  vocab = input_pipeline.load_vocab(cfg, [workdir])
+  decoder = translator.beam_decoder(cfg, params, vocab)
+  src = decoder.encode([sentence])[0]
+  hyp = decoder.translate_ids([src])[0]
+  path = output or os.path.join(workdir, "attention", f"layer{layer}.png")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  title = f"{sentence}  ->  {vocab.decode(hyp)}   ({label})"
+  attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, path, title)
+  print(f"translation: {vocab.decode(hyp)}")
+  print(f"wrote {path}")
+  return path

@@ -1,0 +1,472 @@
+r"""Benchmarks: `python -m t2t_jax.tools.bench --what=train|decode|input|profile|host|device_check`.
+
+Every measurement is one JSON line on stdout (progress goes to stderr). Speeds
+are medians of `--repeats` timed runs after compilation. Utilisation is
+reported against the matmul peak *measured in the same process* (a jitted
+2048x2048 `jnp.dot`; bf16 x bf16 -> float32 for the bf16 path), so the ratio
+holds on a noisy shared machine.
+
+The train benchmark runs the trainer's own pmapped `train.train_step`
+(forward, backward, Adam, dropout 0.1, label smoothing 0.1) on random tokens
+with no padding; there is no benchmark-only code path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Any
+
+from absl import app, flags
+
+from t2t_jax import backend, hostmem
+from t2t_jax.tools.bench_step import bench_train, matmul_peak, median_time, train_flops
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("what", "train", ["train", "decode", "input", "profile", "host",
+                                    "device_check", "speed_check", "deploy"],
+                  "What to measure (`profile`: where a train step's time goes; `host`: "
+                  "what the training loop costs beyond its step; `device_check`: the whole "
+                  "machine, into one JSON file, see t2t_jax/tools/device_check.py; `speed_check`: "
+                  "training and decoding speed beside the PyTorch peers, see "
+                  "t2t_jax/tools/speed_check.py; `deploy`: a trained run translating on CPU beside "
+                  "transformers and CTranslate2, see t2t_jax/tools/bench_deploy.py).")
+flags.DEFINE_enum("workload", None, ["small", "base", "big"],
+                  "A standard workload (fixed shapes, random tokens). Default: small for "
+                  "train, base for decode.")
+flags.DEFINE_string("experiment", None, "Use this experiment's model instead of a workload.")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the dots.")
+flags.DEFINE_string("devices", None, "Comma-separated device counts to run on (default: all "
+                    "local devices; `--what=decode`: 1 and all).")
+flags.DEFINE_string("lengths", None, "Train: comma-separated sequence lengths at a constant "
+                    "token count per step (how cost grows with length).")
+flags.DEFINE_integer("batch", None, "Train/decode: sentences per step (default: workload's).")
+flags.DEFINE_integer("length", None, "Train: tokens per side per sentence (default: workload's).")
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (the median is reported).")
+flags.DEFINE_string("dataset", None, "Input: the data source (default: the experiment's).")
+flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
+flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config field of the "
+                          "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
+flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
+                     "log window, 100 steps, is warm-up).")
+flags.DEFINE_bool("quick", False, "Device check: tiny models and runs (minutes on a CPU).")
+flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to write.")
+flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
+flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
+                    "repository, else ../shared/peers).")
+flags.DEFINE_string("workdir", None, "Deploy: the trained run to export and compare.")
+flags.DEFINE_integer("sentences", 500, "Deploy: sentences of the test split to translate.")
+flags.DEFINE_integer("threads", 0, "Deploy: threads for each decoder (0: every core).")
+flags.DEFINE_bool("uncached", True, "Decode: also time the search without the key/value cache.")
+
+# The standard workloads of the performance issue: model overrides and batch shape.
+_MODEL = {"num_layers", "d_model", "d_ff", "num_heads", "vocab_size"}
+WORKLOADS: dict[str, dict[str, int]] = {
+    "small": dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4, vocab_size=8000,
+                  batch=64, length=32),
+    "base": dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8, vocab_size=37000,
+                 batch=64, length=64),
+    "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, vocab_size=37000,
+                batch=16, length=64),
+}
+
+
+def _log(msg: str) -> None:
+  print(msg, file=sys.stderr, flush=True)
+
+
+def _emit(record: dict[str, Any]) -> None:
+  print(json.dumps(record), flush=True)
+
+
+def _experiment(name: str | None, workload: str | None, dtype: str):
+  from t2t_jax.registry import get
+  from t2t_jax.config import override, parse_set_flags
+  cfg = get(name or "base_ende")
+  sets: dict[str, Any] = {"model.dtype": dtype}
+  if not name:
+    sets.update({f"model.{k}": v for k, v in WORKLOADS[workload].items() if k in _MODEL})
+    sets.update({"model.dropout": 0.1, "model.label_smoothing": 0.1})
+  sets.update(parse_set_flags(FLAGS.set))
+  return override(cfg, sets)
+
+
+def run_deploy() -> None:
+  """A trained run translating on CPU beside transformers and CTranslate2 (bench_deploy)."""
+  from t2t_jax import input_pipeline, registry
+  from t2t_jax.tools import bench_deploy
+  from t2t_jax.errors import UserError
+  from t2t_jax.config import override, parse_set_flags
+  if not FLAGS.workdir or not FLAGS.experiment:
+    raise UserError("--what=deploy needs --experiment and --workdir of a trained run")
+  cfg = override(registry.get(FLAGS.experiment), parse_set_flags(FLAGS.set))
+  if FLAGS.dataset:
+    cfg = override(cfg, {"data.dataset": FLAGS.dataset})
+  cfg = input_pipeline.resolve_splits(cfg)
+  threads = FLAGS.threads or len(os.sched_getaffinity(0))
+  for record in bench_deploy.run(cfg, os.path.abspath(FLAGS.workdir), cfg.data.test_split,
+                                 FLAGS.sentences, threads):
+    _emit(record)
+
+
+def _device_counts(default_both: bool) -> list[int]:
+  import jax
+  n = jax.local_device_count()
+  if FLAGS.devices:
+    counts = [int(x) for x in FLAGS.devices.split(",")]
+    if max(counts) > n:
+      raise app.UsageError(f"--devices={FLAGS.devices}: only {n} local devices (set "
+                           f"XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+    return counts
+  return sorted({1, n}) if default_both else [n]
+
+
+def run_train(argv_workload: str | None) -> None:
+  workload = argv_workload or ("small" if not FLAGS.experiment else FLAGS.experiment)
+  cfg = _experiment(FLAGS.experiment, argv_workload or "small", FLAGS.dtype)
+  shape = WORKLOADS.get(argv_workload or "small", WORKLOADS["small"])
+  batch = FLAGS.batch or shape["batch"]
+  length = FLAGS.length or shape["length"]
+  lengths = [int(x) for x in FLAGS.lengths.split(",")] if FLAGS.lengths else [length]
+  for n in _device_counts(default_both=False):
+    for L in lengths:
+      b = batch if len(lengths) == 1 else max(n, (batch * length // L) // n * n)
+      _log(f"train: {workload} on {n} device(s), {b} x {L} tokens per side")
+      _emit(bench_train(cfg, workload, n, b, L, FLAGS.repeats))
+
+
+def _dense_dots(m, src_tokens: int, tgt_tokens: int) -> list[tuple[str, int, int, int, int]]:
+  """Every projection of one forward pass as (name, rows, contraction, columns, count)."""
+  d, hk, hv, L = m.d_model, m.num_heads * m.d_k, m.num_heads * m.d_v, m.num_layers
+  E = m.num_encoder_layers
+  return [
+      ("encoder q/k", src_tokens, d, hk, 2 * E), ("encoder v", src_tokens, d, hv, E),
+      ("encoder attention out", src_tokens, hv, d, E),
+      ("encoder ffn in", src_tokens, d, m.d_ff, E), ("encoder ffn out", src_tokens, m.d_ff, d, E),
+      ("decoder self q/k + cross q", tgt_tokens, d, hk, 3 * L),
+      ("decoder self v", tgt_tokens, d, hv, L),
+      ("decoder cross k", src_tokens, d, hk, L), ("decoder cross v", src_tokens, d, hv, L),
+      ("decoder attention outs", tgt_tokens, hv, d, 2 * L),
+      ("decoder ffn in", tgt_tokens, d, m.d_ff, L), ("decoder ffn out", tgt_tokens, m.d_ff, d, L),
+      ("output projection (shared embedding)", tgt_tokens, d, m.vocab_size, 1),
+  ]
+
+
+def run_profile(workload: str | None) -> None:
+  """Where one train step's time goes, as a cost table by kind of operation.
+
+  Each part is timed on its own at the step's real shapes: the full step, the
+  step without dropout, forward only, forward + backward, the optimiser update,
+  the loss, every projection matmul (forward, input gradient, weight gradient),
+  and the attention cores. One JSON line per part, with its share of the full
+  step. Then the trainer's step is traced with `jax.profiler` and its most
+  expensive XLA ops are listed with the JAX operation each came from
+  (`"part": "xla op ..."`): the table says what kind of work costs, the ops say
+  which instruction to look at.
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from t2t_jax import model, optim, parallel, train
+  from t2t_jax.config import override
+  workload = workload or "small"
+  cfg = _experiment(FLAGS.experiment, workload, FLAGS.dtype)
+  shape = WORKLOADS.get(workload, WORKLOADS["small"])
+  batch, length = FLAGS.batch or shape["batch"], FLAGS.length or shape["length"]
+  cfg = override(cfg, {"train.tokens_per_step": batch * length,
+                       "train.max_tokens_per_batch": batch * length})
+  m = cfg.model
+  rng = np.random.default_rng(0)
+  tokens = {k: jnp.asarray(rng.integers(4, m.vocab_size, size=(batch, length)), jnp.int32)
+            for k in ("inputs", "targets")}
+  optimizer = optim.make_optimizer(cfg)
+  state = train.init_state(cfg, optimizer)
+  key = jax.random.PRNGKey(1)
+  traced = []  # (run one step, its optimised HLO on demand) of each full step timed
+
+  def timed(fn, *args) -> float:
+    jax.block_until_ready(fn(*args))
+    return median_time(lambda: jax.block_until_ready(fn(*args)), FLAGS.repeats)
+
+  def full_step(c) -> float:
+    p_train, _ = train.make_steps(c, optimizer, devices=jax.local_devices()[:1])
+    st = parallel.replicate(state, 1)
+    b = parallel.shard({k: np.asarray(v)[None, None] for k, v in tokens.items()}, 1)
+    r = parallel.replicate(jax.random.PRNGKey(0), 1)
+    box = [st]
+
+    def one():
+      box[0], metrics = p_train(box[0], b, r)
+      return metrics
+    jax.block_until_ready(one())
+    # Compiling the HLO text costs a second compilation: only the traced step's is asked for.
+    traced.append((one, lambda: p_train.lower(box[0], b, r).compile().as_text()))
+    return timed(one)
+
+  def loss_fn(c):
+    transformer = model.Transformer(c.model)
+
+    def loss(params):
+      logits = transformer.apply({"params": params}, tokens["inputs"], tokens["targets"],
+                                 train=True, rngs={"dropout": key})
+      return train.loss_sums(logits, tokens["targets"], c.model.label_smoothing)[0]
+    return loss
+
+  _log(f"profile: {workload}, 1 device, {batch} x {length} tokens per side")
+  peak = matmul_peak(FLAGS.dtype)
+  step = full_step(cfg)
+  flops = train_flops(m, batch, length, length)
+  parts: list[tuple[str, float]] = [("train step (trainer's pmapped step, 1 device)", step)]
+  no_dropout = {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.relu_dropout": 0.0}
+  parts.append(("train step without dropout", full_step(override(cfg, no_dropout))))
+  loss = loss_fn(cfg)
+  parts.append(("forward + loss", timed(jax.jit(loss), state.params)))
+  parts.append(("forward + backward", timed(jax.jit(jax.grad(loss)), state.params)))
+  grads = jax.tree_util.tree_map(jnp.ones_like, state.params)
+  parts.append(("Adam update", timed(jax.jit(optimizer.update), grads, state.opt_state,
+                                     state.params)))
+  logits = jnp.zeros((batch, length, m.vocab_size), jnp.float32)
+  smoothed = lambda lg: train.loss_sums(lg, tokens["targets"], m.label_smoothing)[0]
+  parts.append(("label-smoothed loss, forward + backward", timed(jax.jit(jax.grad(smoothed)),
+                                                                 logits)))
+  dt = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
+  dot = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+  matmul_total = 0.0
+  for name, rows, k, cols, count in _dense_dots(m, batch * length, batch * length):
+    x, w, g = (jnp.ones(s, dt) for s in ((rows, k), (k, cols), (rows, cols)))
+    # forward x.w, input gradient g.w^T, weight gradient x^T.g
+    t = timed(dot, x, w) + timed(dot, g, w.T) + timed(dot, x.T, g)
+    matmul_total += t * count
+    parts.append((f"matmuls: {name} x{count}, fwd + 2 bwd", t * count))
+  parts.append(("matmuls: all projections (sum of the rows above)", matmul_total))
+  h, dk, dv = m.num_heads, m.d_k, m.d_v
+  q = jnp.ones((batch, length, h, dk), jnp.float32)
+  v = jnp.ones((batch, length, h, dv), jnp.float32)
+
+  def core(q, k, v):
+    w = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
+    return jnp.sum(jnp.einsum("bhqk,bkhd->bqhd", w, v))
+  cores = m.num_encoder_layers + 2 * m.num_layers  # encoder self; decoder self and cross
+  attn = timed(jax.jit(jax.grad(core, argnums=(0, 1, 2))), q, q, v) * cores
+  parts.append((f"attention cores (QK^T, softmax, AV) x{cores}, fwd + bwd", attn))
+  parts.append(("analytic FLOPs at the measured matmul peak", flops / peak))
+  for name, seconds in parts:
+    _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": name,
+           "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3)})
+  run_step, hlo = traced[0]
+  for op, seconds, origin in xla_op_times(run_step, hlo(), steps=FLAGS.repeats)[:15]:
+    _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": f"xla op {op}",
+           "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3),
+           "from": origin})
+
+
+def xla_op_times(run, hlo_text: str, steps: int) -> list[tuple[str, float, str]]:
+  """(HLO instruction, seconds per call of `run`, JAX operation it came from), costliest first.
+
+  From a `jax.profiler` trace of `steps` calls: XLA:CPU records one event per
+  executed instruction on its worker threads. Times are summed over threads, so
+  instructions that ran side by side can add up to more than the step.
+  """
+  import collections
+  import glob
+  import re
+  import tempfile
+  import jax
+  from jax.profiler import ProfileData
+  origin = {}
+  for line in hlo_text.splitlines():
+    found = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', line)
+    if found:
+      name = re.sub(r"^(jit|pmap)\([^)]*\)/", "", found.group(2))
+      origin[found.group(1)] = name if len(name) <= 110 else "..." + name[-107:]
+  totals: collections.Counter = collections.Counter()
+  with tempfile.TemporaryDirectory() as tmp:
+    with jax.profiler.trace(tmp):
+      for _ in range(steps):
+        jax.block_until_ready(run())
+    paths = glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)
+    if not paths:
+      _log("profile: jax.profiler wrote no trace, so no per-op times")
+      return []
+    data = ProfileData.from_file(paths[0])
+  for plane in data.planes:
+    for line in plane.lines:
+      for event in line.events:
+        if event.name in origin:
+          totals[event.name] += event.duration_ns
+  return [(op, ns * 1e-9 / steps, origin[op]) for op, ns in totals.most_common()]
+
+
+# The micro model of `--what=host`: a step so cheap that the loop's own work shows, on the
+# paper's 25,000 tokens per step.
+HOST_MICRO = {"model.vocab_size": 256, "model.num_layers": 1, "model.d_model": 8,
+              "model.d_ff": 8, "model.num_heads": 1, "model.d_k": 8, "model.d_v": 8,
+              "model.max_len": 64, "train.tokens_per_step": 25000,
+              "train.max_tokens_per_batch": 4096, "train.warmup_steps": 100,
+              "train.log_every_steps": 100, "train.eval_every_steps": 100000,
+              "train.checkpoint_every_steps": 100000, "train.checkpoint_every_minutes": 1000,
+              "train.final_eval": False}
+
+
+def run_host() -> None:
+  """The trainer's own loop (`train.train_and_evaluate`, what `--mode=train` runs) on the
+  micro model, then the bare jitted step of the same model on as many token slots.
+
+  Reported from the loop's own metrics.jsonl, after the first log window (compilation):
+  time per step, the host's CPU ms per step (loop thread + input thread), the fraction of
+  wall time the loop waited for input, and compilations after warm-up. `loop_over_step`
+  is the loop's time per step over the bare step's, both measured in this process.
+  """
+  import contextlib
+  import tempfile
+  import jax
+  from t2t_jax import train
+  from t2t_jax.config import override, parse_set_flags
+  from t2t_jax.registry import get
+  sets = {**HOST_MICRO, "train.steps": FLAGS.host_steps, **parse_set_flags(FLAGS.set)}
+  cfg = override(get(FLAGS.experiment or "demo"), sets)
+  n = jax.local_device_count()
+  _log(f"host: the training loop on {n} device(s), {FLAGS.host_steps} steps of "
+       f"{cfg.train.tokens_per_step:,d} tokens")
+  with tempfile.TemporaryDirectory() as workdir:
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's progress; stdout is JSON
+      train.train_and_evaluate(cfg, workdir)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f]
+  if len(rows) < 2:
+    raise app.UsageError("--host_steps: give at least two log windows (200 steps)")
+  warm = rows[1:]
+  steps = warm[-1]["step"] - rows[0]["step"]
+  loop_ms = 1e3 * (warm[-1]["elapsed_sec"] - rows[0]["elapsed_sec"]) / steps
+  # The bare step: 800 sentences of 32 tokens by default, about the loop's token slots per step.
+  length = FLAGS.length or 32
+  batch = FLAGS.batch or -(-cfg.train.tokens_per_step // length // n) * n
+  if batch % n:
+    raise app.UsageError(f"--batch={batch} is not divisible by {n} devices")
+  # Timed over as many steps as the loop's window, so that both medians are as steady.
+  bare = bench_train(cfg, "host", n, batch, length, max(FLAGS.repeats, 5), min_steps=50)
+  bare_ms = 1e3 / bare["steps_per_sec"]
+  _emit({"what": "host", "experiment": cfg.name, "devices": n, "steps_timed": steps,
+         "tokens_per_step": cfg.train.tokens_per_step,
+         "loop_ms_per_step": round(loop_ms, 2), "bare_step_ms": round(bare_ms, 2),
+         "loop_over_step": round(loop_ms / bare_ms, 3),
+         "host_ms_per_step": statistics.median(r["host_ms_per_step"] for r in warm),
+         "host_input_ms_per_step": statistics.median(r["host_input_ms_per_step"] for r in warm),
+         "input_wait_fraction": statistics.median(r["input_wait_fraction"] for r in warm),
+         "compiles": rows[-1]["compiles"],
+         "compiles_after_warmup": rows[-1]["compiles_after_warmup"]})
+
+
+def run_decode(workload: str | None) -> None:
+  from t2t_jax.tools import bench_decode
+  name = workload or ("base" if not FLAGS.experiment else FLAGS.experiment)
+  cfg = _experiment(FLAGS.experiment, workload or "base", FLAGS.dtype).model
+  for n in _device_counts(default_both=True):
+    for cached in ([True, False] if FLAGS.uncached else [True]):
+      _log(f"decode: {name} on {n} device(s), beam 4, {'cached' if cached else 'uncached'}")
+      record = bench_decode.run(cfg, n, batch_per_device=max(1, (FLAGS.batch or 4 * n) // n),
+                                repeats=FLAGS.repeats, cached=cached)
+      _emit({"workload": name, "dtype": FLAGS.dtype, **record})
+
+
+def run_input() -> None:
+  from t2t_jax.registry import get
+  from t2t_jax import input_pipeline
+  from t2t_jax.config import override
+  import jax
+  cfg = get(FLAGS.experiment or "base_ende")
+  if FLAGS.dataset:
+    cfg = override(cfg, {"data.dataset": FLAGS.dataset})
+  cfg = input_pipeline.resolve_splits(cfg)
+  n = _device_counts(default_both=False)[0]
+  built_now = input_pipeline.existing_cache(cfg) is None
+  start = time.time()
+  ds = input_pipeline.load(cfg, num_devices=n, process_index=jax.process_index(),
+                           process_count=jax.process_count())
+  if built_now:  # the preparation's own figures, as one JSON line of their own
+    _emit({"what": "prepare", "dataset": cfg.data.dataset, "train_pairs": ds.meta["splits"][
+        cfg.data.train_split], "vocab_sample_sentences": ds.meta["vocab_sample_sentences"],
+        "prepare_seconds": round(time.time() - start, 1),
+        "peak_rss_mb": ds.meta["prepare_peak_rss_mb"]})
+  steps = FLAGS.input_steps
+  counted = {}
+
+  def draw():
+    it = ds.train_batches(0)
+    real = slots = 0
+    for _ in range(steps):
+      b = next(it)
+      real += int((b["targets"] != 0).sum())
+      slots += b["targets"].size
+    counted.update(real=real, slots=slots)
+
+  draw()  # warm the page cache
+  t = median_time(draw, FLAGS.repeats)
+  info = ds.info()
+  _emit({"what": "input", "dataset": cfg.data.dataset, "experiment": FLAGS.experiment or
+         "base_ende", "devices": n, "steps": steps, "batches_per_sec": round(steps / t, 1),
+         "target_tokens_per_sec": round(counted["real"] / t, 1),
+         "target_slots_per_sec": round(counted["slots"] / t, 1),
+         "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
+         "padding_fraction": info["padding_fraction"], "num_shapes": info["num_shapes"],
+         "steps_per_epoch": info["steps_per_epoch"],
+         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+         **_rss_parts()})
+
+
+def _rss_parts() -> dict[str, int]:
+  """Resident memory now, split into anonymous (this process's own arrays) and file-backed
+  (pages of the memory-mapped token ids it read: page cache the kernel can drop)."""
+  parts = {}
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith(("RssAnon:", "RssFile:")):
+          key = "rss_anon_mb" if line.startswith("RssAnon") else "rss_file_mb"
+          parts[key] = round(int(line.split()[1]) / 1024)
+  except OSError:  # not Linux
+    pass
+  return parts
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  if FLAGS.workload and FLAGS.experiment:
+    raise app.UsageError("give --workload or --experiment, not both")
+  if FLAGS.what == "device_check":  # before this process starts JAX: see device_check.py
+    from t2t_jax.tools import device_check
+    sys.exit(device_check.run(FLAGS.quick, FLAGS.out))
+  if FLAGS.what == "speed_check":  # this process never starts JAX: see speed_check.py
+    from t2t_jax.tools import speed_check
+    out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
+    sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers))
+  import jax
+  _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
+  from t2t_jax.errors import UserError
+  try:
+    if FLAGS.what == "train":
+      run_train(FLAGS.workload)
+    elif FLAGS.what == "decode":
+      run_decode(FLAGS.workload)
+    elif FLAGS.what == "profile":
+      run_profile(FLAGS.workload)
+    elif FLAGS.what == "host":
+      run_host()
+    elif FLAGS.what == "deploy":
+      run_deploy()
+    else:
+      run_input()
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  hostmem.reexec_with_huge_pages()  # the speed `main` trains at
+  backend.apply_xla_flags()  # the XLA options `main` trains with
+  app.run(main)

@@ -1,0 +1,140 @@
+"""Training-step measurements shared by `t2t_jax.tools.bench` and the device check: the matmul
+peak, the analytic FLOPs of a step, and the trainer's own step timed on random tokens."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from typing import Any
+
+from t2t_jax.config import ModelConfig
+from t2t_jax.errors import UserError
+
+
+def median_time(fn, repeats: int) -> float:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5, calls: int = 1,
+                warmup_sec: float = 0.0) -> float:
+  """FLOP/s of a jitted n x n dot on one device (bf16 inputs accumulate in float32), on
+  random data (a GPU runs zeros faster: less switching power).
+
+  `calls` dots are queued back to back per timing, so that the wait for the result is paid
+  once and not per dot (at 8192^3 one dot is ~1.4 ms on an H100: a per-call round trip of
+  0.1-0.3 ms reads as a 10-20% lower peak); `warmup_sec` of dots first lets the GPU's clocks
+  rise. The median of `repeats` timings.
+  """
+  import jax
+  import jax.numpy as jnp
+  in_dtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(in_dtype)
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(in_dtype)
+  dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+  jax.block_until_ready(dot(a, b))
+  end = time.perf_counter() + warmup_sec
+  while time.perf_counter() < end:
+    jax.block_until_ready([dot(a, b) for _ in range(calls)])
+
+  def timed():
+    jax.block_until_ready([dot(a, b) for _ in range(calls)])
+  return 2 * n ** 3 * calls / median_time(timed, repeats)
+
+
+def train_flops(m: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
+  """Analytic FLOPs of one training step of model config `m`: matmuls only, training = 3 x
+  forward."""
+  d, d_ff, L = m.d_model, m.d_ff, m.num_layers
+  enc = src_len * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
+  dec = tgt_len * L * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
+  cross_kv = src_len * L * 2 * d * d
+  out = tgt_len * d * m.vocab_size
+  return 3 * 2 * batch * (enc + dec + cross_kv + out)
+
+
+def workload_config(sets: dict[str, Any], dtype: str):
+  """base_ende's config with `sets`, in `dtype`, training with dropout and label smoothing 0.1."""
+  from t2t_jax.registry import get
+  from t2t_jax.config import override
+  return override(get("base_ende"), {"model.dtype": dtype, "model.dropout": 0.1,
+                                     "model.label_smoothing": 0.1, **sets})
+
+
+def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
+                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1
+                ) -> dict[str, Any]:
+  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
+  import jax
+  import numpy as np
+  from t2t_jax import optim, parallel, train
+  from t2t_jax.config import override
+  if batch % num_devices:
+    raise UserError(f"batch {batch} is not divisible by {num_devices} devices")
+  tokens = batch * length * accum
+  cfg = override(cfg, {"train.tokens_per_step": tokens,
+                       "train.max_tokens_per_batch": batch * length // num_devices})
+  optimizer = optim.make_optimizer(cfg)
+  devices = jax.local_devices()[:num_devices]
+  p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
+  state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
+  rng = np.random.default_rng(0)
+  shape = (num_devices, accum, batch // num_devices, length)
+  batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
+                  for k in ("inputs", "targets")}
+  batch_arrays = parallel.shard(batch_arrays, num_devices)
+  rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
+  start = time.perf_counter()
+  state, metrics = p_train(state, batch_arrays, rngs)
+  jax.block_until_ready(metrics)
+  compile_s = time.perf_counter() - start
+  # One untimed step: the second call sees the trainer's own output state (its
+  # first input came from `replicate`) and may specialise once more.
+  start = time.perf_counter()
+  state, metrics = p_train(state, batch_arrays, rngs)
+  jax.block_until_ready(metrics)
+  steps_per_rep = max(min_steps, min(3, int(10.0 / (time.perf_counter() - start))))
+  times, peaks = [], []
+  for _ in range(repeats):
+    # The peak is re-measured beside every repetition: on a shared machine both
+    # drift together, so their ratio (matmul_peak_fraction) is steadier than either.
+    peaks.append(matmul_peak(cfg.model.dtype, n=peak_n, repeats=3))
+    start = time.perf_counter()
+    for _ in range(steps_per_rep):
+      state, metrics = p_train(state, batch_arrays, rngs)
+    jax.block_until_ready(metrics)
+    times.append((time.perf_counter() - start) / steps_per_rep)
+  t = statistics.median(times)
+  # What dispatching costs the calling thread: steps queued back to back, then one wait. On an
+  # accelerator a call should return long before its step ends; CPU time near the step time
+  # means the dispatch spins while it waits for the previous step.
+  calls = max(3, steps_per_rep)
+  cpu0, wall0 = time.thread_time(), time.perf_counter()
+  for _ in range(calls):
+    state, metrics = p_train(state, batch_arrays, rngs)
+  cpu1, wall1 = time.thread_time(), time.perf_counter()
+  jax.block_until_ready(metrics)
+  cpu2, wall2 = time.thread_time(), time.perf_counter()
+  dispatch = {"dispatch_cpu_ms_per_call": round(1e3 * (cpu1 - cpu0) / calls, 3),
+              "dispatch_wall_ms_per_call": round(1e3 * (wall1 - wall0) / calls, 3),
+              "final_wait_cpu_ms": round(1e3 * (cpu2 - cpu1), 3),
+              "final_wait_wall_ms": round(1e3 * (wall2 - wall1), 3)}
+  peak = statistics.median(peaks)
+  m = cfg.model
+  flops = train_flops(m, batch * accum, length, length)
+  return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
+          "batch": batch, "accum": accum, "length": length,
+          "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
+          "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
+          "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
+          "matmul_peak_fraction": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
+          "loss": round(float(metrics["loss"][0]), 4),
+          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+          **dispatch}
+
+
