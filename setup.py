@@ -26,7 +26,7 @@ setup(
     # Other packages add named experiments under the entry point group "t2t_jax.experiments"
     # (t2t_jax/registry.py); this one's are in t2t_jax/configs/.
     extras_require={
-        "test": ["pytest>=8"],
+        "test": ["pytest>=8", "pytest-xdist>=3"],  # the suite runs on 2 workers (-n 2)
         # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),
         # or libtpu on a Cloud TPU VM.
         "cuda12": ["jax[cuda12]>=0.4.30"],
