@@ -72,7 +72,7 @@ class MetricsLog:
       self.writer.close()
 
 
-def _fmt_time(seconds: float) -> str:
+def fmt_time(seconds: float) -> str:
   seconds = int(seconds)
   h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
   return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
@@ -231,7 +231,7 @@ def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
 
 
 @contextlib.contextmanager
-def _checkpoint_errors(ckpt: checkpoints.Checkpointer, step: int):
+def checkpoint_errors(ckpt: checkpoints.Checkpointer, step: int):
   """A checkpoint write that fails (now, or in the background) as a one-line error."""
   try:
     yield

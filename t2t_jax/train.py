@@ -350,11 +350,77 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
-    with bookkeeping._checkpoint_errors(ckpt, step):
+    with bookkeeping.checkpoint_errors(ckpt, step):
       path = ckpt.save(step, host, on_signal=on_signal)
     last_ckpt_step, last_ckpt_time = step, time.time()
     print(f"{'saving' if ckpt.async_save and not on_signal else 'saved'} checkpoint {path}",
           flush=True)
+
+  def collect() -> list[dict[str, Any]]:
+    """The metrics of the steps run since the last action, fetched from the devices; a
+    non-finite loss among them stops training with the last good checkpoint named."""
+    nonlocal pending, window_tokens, window_loss
+    fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
+    pending = []
+    bad = int(parallel.first(state.bad_step))
+    if bad >= 0:
+      good = ckpt.steps()[-1] if ckpt.steps() else None
+      where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
+      raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
+                      f"is {where} (try a lower learning rate or float32)")
+    window_tokens += sum(float(m["tokens"]) for m in fetched)
+    window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+    return fetched
+
+  def log_line(step: int, fetched: list[dict[str, Any]]) -> dict[str, Any]:
+    """The progress line and its metrics.jsonl values; a new log window starts."""
+    nonlocal window_tokens, window_loss, window_start
+    now = time.time()
+    tok_s = window_tokens / max(now - window_start, 1e-9)
+    # Token-weighted mean over the steps since the last log line (or the resume): the
+    # single step's loss jumps with its length bucket.
+    loss_mean = window_loss / max(window_tokens, 1e-9)
+    host = stats.window(now - window_start, batches, compiles.count)
+    window_tokens, window_loss, window_start = 0.0, 0.0, now
+    elapsed = now - start_time
+    eta = elapsed / (step - start_step) * (t.steps - step)
+    elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
+    if budget:
+      eta = max(0.0, min(eta, budget - elapsed))
+    values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
+              "loss_mean": round(loss_mean, 5),
+              "learning_rate": float(fetched[-1]["learning_rate"]),
+              "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3), **host}
+    if budget_spent:
+      print(f"time budget of {t.max_train_minutes:g} min reached at step {step}", flush=True)
+      if t.cooldown_steps and step < t.steps:
+        print(f"warning: the learning-rate cooldown to 0 at step {t.steps} did not "
+              f"finish (lr {values['learning_rate']:.2e}); lower train.steps so the run "
+              f"fits the budget on this machine", flush=True)
+    print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
+          f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
+          f"host {host['host_ms_per_step']:.1f} ms/step | "
+          f"elapsed {bookkeeping.fmt_time(elapsed)} | ETA {bookkeeping.fmt_time(eta)}",
+          flush=True)
+    return values
+
+  def dev_loss(step: int) -> dict[str, float]:
+    nonlocal evals_done
+    compiled = compiles.count
+    dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
+    if evals_done:  # the first evaluation compiles each dev batch shape once
+      stats.compiles_after_warmup += compiles.count - compiled
+    evals_done += 1
+    print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
+          flush=True)
+    return dev
+
+  def bleu_line(step: int) -> dict[str, Any]:
+    found = dev_bleu(state.params)
+    print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
+          f"{len(dev_bleu.sources)} sentences, {dev_bleu.search}, "
+          f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
+    return found
 
   # Batches for steps start_step + 1, ... (ds.batch counts from 0), made and placed ahead.
   profiler = bookkeeping.Profiler(t.profile_steps, workdir, start_step)
@@ -408,69 +474,20 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         if shape in shapes_seen:
           stats.compiles_after_warmup += compiles.count - compiled
         shapes_seen.add(shape)
-        if log_now or eval_now or ckpt_now:
-          fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
-          pending = []
-          bad = int(parallel.first(state.bad_step))
-          if bad >= 0:
-            good = ckpt.steps()[-1] if ckpt.steps() else None
-            where = (f"checkpoint {good} in {ckpt.directory}" if good is not None
-                     else "no checkpoint")
-            raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
-                            f"is {where} (try a lower learning rate or float32)")
-          window_tokens += sum(float(m["tokens"]) for m in fetched)
-          window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+        acting = log_now or eval_now or ckpt_now
+        fetched = collect() if acting else None  # loop work: counted as host time
         stats.steps += 1
         stats.loop_cpu_sec += time.thread_time() - cpu
-        if not (log_now or eval_now or ckpt_now):
+        if not acting:
           if stop_now:
             break
           continue
-        values = {}
-        if log_now:
-          now = time.time()
-          tok_s = window_tokens / max(now - window_start, 1e-9)
-          # Token-weighted mean over the steps since the last log line (or the resume): the
-          # single step's loss jumps with its length bucket.
-          loss_mean = window_loss / max(window_tokens, 1e-9)
-          host = stats.window(now - window_start, batches, compiles.count)
-          window_tokens, window_loss, window_start = 0.0, 0.0, now
-          elapsed = now - start_time
-          eta = elapsed / (step - start_step) * (t.steps - step)
-          elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
-          if budget:
-            eta = max(0.0, min(eta, budget - elapsed))
-          values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
-                    "loss_mean": round(loss_mean, 5),
-                    "learning_rate": float(fetched[-1]["learning_rate"]),
-                    "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3),
-                    **host}
-          if budget_spent:
-            print(f"time budget of {t.max_train_minutes:g} min reached at step {step}",
-                  flush=True)
-            if t.cooldown_steps and step < t.steps:
-              print(f"warning: the learning-rate cooldown to 0 at step {t.steps} did not "
-                    f"finish (lr {values['learning_rate']:.2e}); lower train.steps so the run "
-                    f"fits the budget on this machine", flush=True)
-          print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
-                f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
-                f"host {host['host_ms_per_step']:.1f} ms/step | "
-                f"elapsed {bookkeeping._fmt_time(elapsed)} | ETA {bookkeeping._fmt_time(eta)}", flush=True)
+        # The periodic actions: log, evaluate, dev BLEU, checkpoint.
+        values = log_line(step, fetched) if log_now else {}
         if eval_now:
-          compiled = compiles.count
-          dev = evaluate_loss(p_eval, state.params, ds, cfg.data.dev_split)
-          if evals_done:  # the first evaluation compiles each dev batch shape once
-            stats.compiles_after_warmup += compiles.count - compiled
-          evals_done += 1
-          values.update(dev)
-          print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
-                flush=True)
+          values.update(dev_loss(step))
         if dev_bleu and step % t.bleu_every_steps == 0:
-          found = dev_bleu(state.params)
-          values.update(found)
-          print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
-                f"{len(dev_bleu.sources)} sentences, {dev_bleu.search}, "
-                f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
+          values.update(bleu_line(step))
         if values:
           metrics_log.write(step, values)
         if ckpt_now:
@@ -485,7 +502,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
     if profiler.active:
       profiler.stop(state)
-    with bookkeeping._checkpoint_errors(ckpt, last_ckpt_step):
+    with bookkeeping.checkpoint_errors(ckpt, last_ckpt_step):
       ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
   finally:
     batches.close()
