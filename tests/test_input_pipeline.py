@@ -473,6 +473,19 @@ def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
     next(data_sources.iter_hf_pairs(str(saved), "train", "en", "fr"))
 
 
+def test_the_cache_keeps_the_training_ids_without_their_text(tmp_path):
+  """The training split's text is needed only to tokenise it: kept, it was half of a
+  36M-pair cache (results/prepare_36m). Held-out splits keep theirs for BLEU."""
+  cfg = override(registry.get("demo"), {"data.data_dir": str(tmp_path),
+                                           "model.vocab_size": 100})
+  directory = Path(input_pipeline.prepared_dir(cfg))
+  names = {p.name for p in directory.iterdir()}
+  assert not {"train.src.txt", "train.tgt.txt"} & names
+  assert {"train.src.ids.npy", "valid.src.txt", "test.tgt.txt"} <= names
+  ds = input_pipeline.load(cfg, num_devices=1)
+  assert ds.info()["train_pairs"] > 0 and len(ds.raw("test")[0]) > 0
+
+
 def test_an_incomplete_cache_folder_is_replaced_not_kept(tmp_path):
   """Issue 45 (7): a cache folder without meta.json (an interrupted copy) was kept as if
   another process had finished first; every run then prepared again and failed."""
