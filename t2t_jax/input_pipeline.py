@@ -109,10 +109,9 @@ def _log(message: str) -> None:
 FOLDER_HASHES = "folder_hashes.json"
 
 
-def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str] | None]:
-  """The cache directory for this source + vocabulary, and the folder's splits."""
+def _prepared_dir(cfg: ExperimentConfig, source: Source) -> str:
+  """The cache directory for this source, its splits and the vocabulary settings."""
   root = cfg.data.data_dir or default_data_dir()
-  splits = None
   if source.kind == "tfds":
     key = (f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
            f"-{_splits_key(cfg)}")
@@ -134,7 +133,7 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> tuple[str, list[str]
   else:
     vocab_key = (f"v{CACHE_VERSION}-{cfg.data.vocab_type}{cfg.model.vocab_size}"
                  f"-sample{cfg.data.vocab_sample_sentences}")
-  return os.path.join(root, key, vocab_key), splits
+  return os.path.join(root, key, vocab_key)
 
 
 def vocab_file(cfg: ExperimentConfig) -> str:
@@ -298,11 +297,11 @@ def _train_vocabulary(cfg: ExperimentConfig, meta: dict[str, Any], tmp: str, sta
   return vocab, sampled
 
 
-def _source_pairs(cfg: ExperimentConfig, source: Source, split: str,
-                  splits: list[str] | None) -> Iterator[tuple[str, str]]:
-  """A split's text pairs, streamed from wherever the source keeps them (`splits`: a
-  folder's split names)."""
+def _source_pairs(cfg: ExperimentConfig, source: Source, split: str
+                  ) -> Iterator[tuple[str, str]]:
+  """A split's text pairs, streamed from wherever the source keeps them."""
   if source.kind == "folder":
+    splits = data_sources.folder_splits(source)
     if split not in splits:
       lang_files = [os.path.join(source.name, f"{split}.{lang}")
                     for lang in (source.src_lang, source.tgt_lang)]
@@ -328,9 +327,8 @@ def held_out_text(cfg: ExperimentConfig, split: str) -> tuple[list[str], list[st
   only its text, since decoding tokenises the sources itself. Every line is kept, empty
   ones too, so the outputs stay aligned with the split's files."""
   source = resolve_source(cfg)
-  splits = data_sources.folder_splits(source) if source.kind == "folder" else None
   src, tgt = [], []
-  for a, b in _source_pairs(cfg, source, split, splits):
+  for a, b in _source_pairs(cfg, source, split):
     src.append(a)
     tgt.append(b)
   if not src:
@@ -338,8 +336,7 @@ def held_out_text(cfg: ExperimentConfig, split: str) -> tuple[list[str], list[st
   return src, tgt
 
 
-def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[str] | None
-             ) -> None:
+def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
   """Builds the cache in a temporary directory and renames it into place when complete.
 
   Streamed throughout, so memory does not grow with the corpus: the text of each split is
@@ -356,7 +353,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str, splits: list[s
     wanted = [cfg.data.train_split, cfg.data.dev_split, cfg.data.test_split]
     meta = {"source": dataclasses.asdict(source), "dropped_empty": {}, "splits": {}}
     for split in dict.fromkeys(wanted):
-      pairs = _source_pairs(cfg, source, split, splits)
+      pairs = _source_pairs(cfg, source, split)
       _log(f"reading {split} of {source.name}")
       meta["splits"][split], meta["dropped_empty"][split] = _write_text(
           pairs, tmp, split, keep_empty=split != cfg.data.train_split)
@@ -400,21 +397,21 @@ file_sha256 = data_sources.file_sha256
 
 def existing_cache(cfg: ExperimentConfig) -> str | None:
   """The experiment's prepared cache directory if it exists; prepares nothing."""
-  out_dir = _prepared_dir(cfg, resolve_source(cfg))[0]
+  out_dir = _prepared_dir(cfg, resolve_source(cfg))
   return out_dir if os.path.exists(os.path.join(out_dir, "meta.json")) else None
 
 
 def prepared_dir(cfg: ExperimentConfig) -> str:
   """Prepares the data if needed and returns its cache directory."""
   source = resolve_source(cfg)
-  out_dir, splits = _prepared_dir(cfg, source)
+  out_dir = _prepared_dir(cfg, source)
   if not os.path.exists(os.path.join(out_dir, "meta.json")):
     os.makedirs(os.path.dirname(out_dir), exist_ok=True)
     with data_sources.host_lock(out_dir + ".lock"):  # one preparation per machine at once
       if not os.path.exists(os.path.join(out_dir, "meta.json")):
         for name in data_sources.remove_dead_temporaries(out_dir):
           _log(f"removed {name}, left by a preparation that was killed")
-        _prepare(cfg, source, out_dir, splits)
+        _prepare(cfg, source, out_dir)
   return out_dir
 
 

@@ -19,6 +19,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from t2t_jax.errors import UserError
+
 # The pmap axis of every step. Arrays placed by `replicate`/`shard` carry it in
 # their sharding, so a step's first call sees the same input shardings as the
 # calls that consume its outputs (a different name costs a second compilation).
@@ -142,7 +144,6 @@ def process_zero_first(action: Callable[[], T], what: str) -> T:
   if jax.process_count() == 1:
     return action()
   from jax._src import distributed  # the job's key-value store (orbax uses it the same way)
-  from t2t_jax.errors import UserError
   client = distributed.global_state.client
   key = f"t2t_jax/{what.replace(' ', '_')}/{next(_ANNOUNCEMENTS)}"
   if jax.process_index() == 0:

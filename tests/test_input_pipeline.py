@@ -271,7 +271,7 @@ def test_two_preparations_give_the_same_vocabulary_and_ids(tmp_path):
     assert (dirs[0] / name).read_bytes() == (dirs[1] / name).read_bytes(), name
   # Another sample size is another cache, never this one.
   other = input_pipeline._prepared_dir(override(cfg, {"data.vocab_sample_sentences": 999}),
-                                       input_pipeline.resolve_source(cfg))[0]
+                                       input_pipeline.resolve_source(cfg))
   assert Path(other).name != dirs[0].name
 
 
@@ -491,7 +491,7 @@ def test_an_incomplete_cache_folder_is_replaced_not_kept(tmp_path):
   another process had finished first; every run then prepared again and failed."""
   cfg = override(registry.get("demo"), {"data.data_dir": str(tmp_path),
                                            "model.vocab_size": 100})
-  out_dir = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))[0]
+  out_dir = input_pipeline._prepared_dir(cfg, input_pipeline.resolve_source(cfg))
   os.makedirs(out_dir)
   (Path(out_dir) / "train.src.txt").write_text("half a copy\n")
   directory = input_pipeline.prepared_dir(cfg)
