@@ -22,9 +22,9 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import REPO, tiny_cfg
+from helpers import REPO, set_flags, tiny_cfg
 from test_multihost import DEVICES, _free_port
-from test_train import _final_params, _train_cmd
+from test_train import _final_params, _train_cmd, _train_sets
 
 pytestmark = pytest.mark.cluster
 
@@ -238,16 +238,13 @@ def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slur
   SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every step."""
   workdir = tmp_path / "sbatch_run"
   extra = {**EXTRA, "train.checkpoint_every_steps": 2}
-  from helpers import set_flags
-  from test_train import TINY_MODEL, FAST_DATA
 
   def submit(steps):
-    sets = {**TINY_MODEL, "model.dropout": 0.1, **FAST_DATA, "train.steps": steps,
-            "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512, **extra}
     env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
            "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
            "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
-    r = subprocess.run(["sbatch", "--wait", str(REPO / "launch/slurm_gpu.sbatch"), *set_flags(sets)],
+    r = subprocess.run(["sbatch", "--wait", str(REPO / "launch/slurm_gpu.sbatch"),
+                        *set_flags(_train_sets(steps, extra))],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     job = r.stdout.split()[-1] if r.stdout.strip() else "?"
     log = (tmp_path / f"job-{job}.out")

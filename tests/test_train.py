@@ -244,12 +244,17 @@ def test_a_stale_average_is_not_used_silently(tmp_path, capsys):
   assert "averages checkpoints 1..2, but checkpoint 3 is newer" in err and "--mode=average" in err
 
 
-def _train_cmd(workdir, steps, extra=()):
+def _train_sets(steps, extra=()):
+  """The tiny training run's `--set` values, `extra` last."""
   sets = {**TINY_MODEL, "model.dropout": 0.0, **FAST_DATA, "train.steps": steps,
           "train.checkpoint_every_steps": 10, "train.log_every_steps": 5,
           "train.eval_every_steps": 20, "train.tokens_per_step": 512,
           "train.max_tokens_per_batch": 512}
-  return main_command(workdir, sets={**sets, **dict(extra)})
+  return {**sets, **dict(extra)}
+
+
+def _train_cmd(workdir, steps, extra=()):
+  return main_command(workdir, sets=_train_sets(steps, extra))
 
 
 def _tensorboard_scalars(logdir, tag):
