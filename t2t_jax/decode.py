@@ -6,6 +6,8 @@ length penalty ((5 + len) / 6)^alpha; the search stops for a sentence once no
 live hypothesis can beat its worst finished one (or it reaches input length +
 `max_extra_length`). EOS may not end a hypothesis shorter than `min_length` tokens, because
 without that guard beam search can rank the empty translation first for long inputs.
+`BeamDecoder` runs the search a few steps at a time and drops the sentences that are done
+from the batch, so a batch does not run at full width until its slowest sentence ends.
 """
 
 from __future__ import annotations
@@ -36,67 +38,80 @@ def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
   return jnp.take_along_axis(x, idx, axis=1)
 
 
-def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
-                beam_size: int, alpha: float, max_extra_length: int, cached: bool = True,
-                min_length: int = 1) -> tuple[jax.Array, jax.Array]:
-  """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
+def _members(params: Any, cfg: ModelConfig | Sequence[ModelConfig]) -> list:
+  """One `apply` per ensemble member (a single model is an ensemble of one)."""
+  pairs = [(cfg, params)] if isinstance(cfg, ModelConfig) else list(zip(cfg, params,
+                                                                       strict=True))
+  return [functools.partial(model.Transformer(c).apply, {"params": p}) for c, p in pairs]
 
-  Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
-  penalised scores [b, beam], best first. Beam size 1 is greedy decoding.
-  `cached=False` re-runs the decoder over the whole prefix at every step: the
-  same search without the key/value cache, kept only as a benchmark baseline.
-  Hypotheses have at least `min(min_length, length limit)` tokens before EOS.
 
-  An ensemble is a list of parameter trees with a list of their configs (one
-  shared vocabulary): each step scores the next token by the log of the
-  members' mean probability, as fairseq and T2T do.
+def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
+                 beam_size: int, max_extra_length: int, cached: bool = True,
+                 min_length: int = 1) -> dict[str, Any]:
+  """The search state before its first step: the encoder has run, nothing is decoded.
+
+  The state holds the step counter "i", per-sentence arrays under "sent" ([b, ...]) and
+  per-hypothesis arrays under "beam" ([b * beam, ...]: the source, the caches), so that
+  `select_sentences` can keep any subset of sentences. A row whose first token is PAD is no
+  sentence (batch padding): it starts done, so it never holds the search up.
   """
-  if isinstance(cfg, ModelConfig):
-    members = [(cfg, params)]
-  else:
-    members = list(zip(cfg, params, strict=True))
-  applies = [functools.partial(model.Transformer(c).apply, {"params": p}) for c, p in members]
+  applies = _members(params, cfg)
   b, src_width = inputs.shape
   k = beam_size
   # Output length limit: input length (without EOS) + max_extra_length, per sentence.
   src_len = jnp.maximum(jnp.sum(inputs != PAD_ID, axis=-1) - 1, 1)
-  max_len = src_len + max_extra_length                     # tokens before EOS
   positions = src_width + max_extra_length                 # static upper bound
-  for c, _ in members:
+  for c in ([cfg] if isinstance(cfg, ModelConfig) else cfg):
     if c.positional == "learned":
       positions = min(positions, c.max_len - 1)
-  max_len = jnp.minimum(max_len, positions)
-  min_len = jnp.minimum(min_length, max_len)               # the length limit wins
-
+  max_len = jnp.minimum(src_len + max_extra_length, positions)  # tokens before EOS
   rep = lambda x: jnp.repeat(x, k, axis=0)
   inputs_rep = rep(inputs)
   encoded_rep = [rep(apply(inputs, method=model.Transformer.encode)) for apply in applies]
   # The self-attention caches start short and double when the search outgrows them
-  # (`cache_phases`): each step reads and reorders the whole cache, so sizing it for the
+  # (`grow_caches`): each step reads and reorders the whole cache, so sizing it for the
   # longest possible output made short sentences pay for positions they never reach.
-  phases = cache_phases(positions + 1) if cached else [positions + 1]
-  cache = [apply(enc, phases[0], method=model.Transformer.init_cache) if cached else {}
+  first = cache_phases(positions + 1)[0]
+  cache = [apply(enc, first, method=model.Transformer.init_cache) if cached else {}
            for apply, enc in zip(applies, encoded_rep)]
-
-  live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1))
-  state = {
+  return {
       "i": jnp.array(0, jnp.int32),
-      "live_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
-      "live_logp": live_logp,
-      "last": jnp.full((b, k), BOS_ID, jnp.int32),
-      "fin_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
-      "fin_scores": jnp.full((b, k), NEG_INF),
-      "done": jnp.zeros((b,), bool),
-      "cache": cache,
+      "sent": {
+          "max_len": max_len,
+          "min_len": jnp.minimum(min_length, max_len),      # the length limit wins
+          "live_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
+          "live_logp": jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (b, 1)),
+          "last": jnp.full((b, k), BOS_ID, jnp.int32),
+          "fin_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
+          "fin_scores": jnp.full((b, k), NEG_INF),
+          "done": inputs[:, 0] == PAD_ID,
+      },
+      "beam": {"inputs": inputs_rep, "cache": cache,
+               # The uncached search re-runs the decoder on the encoder output.
+               "encoded": [] if cached else encoded_rep},
   }
 
-  def cond(s, end):
-    return (s["i"] < end) & ~jnp.all(s["done"])
 
-  def body(s):
-    i = s["i"]
+def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
+                 cfg: ModelConfig | Sequence[ModelConfig], alpha: float) -> dict[str, Any]:
+  """Runs the search until step `end` or until every sentence is done.
+
+  A cached search may not pass the length of its self-attention caches (`grow_caches`).
+  A done sentence's finished hypotheses no longer change, so where a search stops past
+  that point does not change its result.
+  """
+  applies = _members(params, cfg)
+  b, k, width = state["sent"]["live_seqs"].shape
+  positions = width - 1
+  max_len, min_len = state["sent"]["max_len"], state["sent"]["min_len"]
+  inputs_rep = state["beam"]["inputs"]
+  cached = not state["beam"]["encoded"]
+
+  def body(st):
+    i, s = st["i"], st["sent"]
     member_logp, cache = [], []
-    for apply, enc, member_cache in zip(applies, encoded_rep, s["cache"]):
+    for n, apply in enumerate(applies):
+      member_cache = st["beam"]["cache"][n]
       if cached:
         logits, member_cache = apply(member_cache, s["last"].reshape(b * k), i, inputs_rep,
                                      method=model.Transformer.decode_step)
@@ -104,7 +119,8 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
         prefix = jnp.concatenate([jnp.full((b * k, 1), BOS_ID, jnp.int32),
                                   s["live_seqs"].reshape(b * k, -1)[:, :-1]], axis=1)
         prefix = jnp.where(jnp.arange(positions + 1) <= i, prefix, PAD_ID)
-        all_logits = apply(enc, inputs_rep, prefix, method=model.Transformer.decode)
+        all_logits = apply(st["beam"]["encoded"][n], inputs_rep, prefix,
+                           method=model.Transformer.decode)
         logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
       member_logp.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
       cache.append(member_cache)
@@ -132,12 +148,15 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
     seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)
     is_eos = tokens == EOS_ID
 
-    # Finished: merge newly ended hypotheses into the k best so far.
+    # Finished: merge newly ended hypotheses into the k best so far; a done sentence's
+    # stay as they are.
     new_scores = jnp.where(is_eos, top_logp / length_penalty(i + 1.0, alpha), NEG_INF)
     all_scores = jnp.concatenate([s["fin_scores"], new_scores], axis=1)
     all_seqs = jnp.concatenate([s["fin_seqs"], seqs], axis=1)
     fin_scores, fin_idx = jax.lax.top_k(all_scores, k)
     fin_seqs = _gather_beams(all_seqs, fin_idx)
+    fin_scores = jnp.where(s["done"][:, None], s["fin_scores"], fin_scores)
+    fin_seqs = jnp.where(s["done"][:, None, None], s["fin_seqs"], fin_seqs)
 
     # Live: the k best that did not end.
     live_logp, live_idx = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
@@ -153,20 +172,66 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
     # A live hypothesis scores at best its current log-prob under the largest penalty.
     best_live = live_logp[:, 0] / length_penalty(max_len + 1.0, alpha)
     done = s["done"] | (fin_scores[:, -1] >= best_live) | (i >= max_len)
-    return {"i": i + 1, "live_seqs": live_seqs, "live_logp": live_logp,
+    sent = {**s, "live_seqs": live_seqs, "live_logp": live_logp,
             "last": _gather_beams(tokens, live_idx), "fin_seqs": fin_seqs,
-            "fin_scores": fin_scores, "done": done, "cache": cache}
+            "fin_scores": fin_scores, "done": done}
+    return {"i": i + 1, "sent": sent, "beam": {**st["beam"], "cache": cache}}
 
-  for n, size in enumerate(phases):
-    if n:  # the search goes on past the cache: make it `size` positions long
-      grow = lambda c: jnp.pad(c, ((0, 0), (0, 0), (0, size - c.shape[2]), (0, 0)))
-      state["cache"] = [[{**c, "self_k": grow(c["self_k"]), "self_v": grow(c["self_v"])}
-                         for c in member] for member in state["cache"]]
-    state = jax.lax.while_loop(functools.partial(cond, end=size), body, state)
-  seqs = state["fin_seqs"]
-  # Everything after the first EOS is PAD.
+  cond = lambda st: (st["i"] < end) & ~jnp.all(st["sent"]["done"])
+  return jax.lax.while_loop(cond, body, state)
+
+
+def grow_caches(state: dict[str, Any], size: int) -> dict[str, Any]:
+  """The state with self-attention caches `size` positions long (the search goes on past
+  them)."""
+  grow = lambda c: jnp.pad(c, ((0, 0), (0, 0), (0, size - c.shape[2]), (0, 0)))
+  cache = [[{**c, "self_k": grow(c["self_k"]), "self_v": grow(c["self_v"])} for c in member]
+           for member in state["beam"]["cache"]]
+  return {**state, "beam": {**state["beam"], "cache": cache}}
+
+
+def select_sentences(state: dict[str, Any], rows: jax.Array) -> dict[str, Any]:
+  """The state of sentences `rows` [b'] alone: a batch whose other sentences are done goes on
+  at the width of the ones still searching."""
+  k = state["sent"]["live_logp"].shape[1]
+  beam_rows = (rows[:, None] * k + jnp.arange(k)).reshape(-1)
+  return {"i": state["i"], "sent": jax.tree.map(lambda x: x[rows], state["sent"]),
+          "beam": jax.tree.map(lambda x: x[beam_rows], state["beam"])}
+
+
+def search_result(state: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+  """Finished hypotheses [b, beam, T], PAD after their EOS, and their scores, best first."""
+  seqs = state["sent"]["fin_seqs"]
   after_eos = jnp.cumsum(jnp.cumsum(seqs == EOS_ID, axis=-1), axis=-1) > 1
-  return jnp.where(after_eos, PAD_ID, seqs), state["fin_scores"]
+  return jnp.where(after_eos, PAD_ID, seqs), state["sent"]["fin_scores"]
+
+
+def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
+                beam_size: int, alpha: float, max_extra_length: int, cached: bool = True,
+                min_length: int = 1) -> tuple[jax.Array, jax.Array]:
+  """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
+
+  Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
+  penalised scores [b, beam], best first. Beam size 1 is greedy decoding.
+  `cached=False` re-runs the decoder over the whole prefix at every step: the
+  same search without the key/value cache, kept only as a benchmark baseline.
+  Hypotheses have at least `min(min_length, length limit)` tokens before EOS.
+
+  An ensemble is a list of parameter trees with a list of their configs (one
+  shared vocabulary): each step scores the next token by the log of the
+  members' mean probability, as fairseq and T2T do.
+
+  This is the whole search as one function; `BeamDecoder` runs the same pieces from the
+  host, so that it can drop the sentences that are done from the batch.
+  """
+  state = search_start(params, inputs, cfg, beam_size, max_extra_length, cached, min_length)
+  total = state["sent"]["live_seqs"].shape[-1]
+  phases = cache_phases(total) if cached else [total]
+  for n, size in enumerate(phases):
+    if n and cached:
+      state = grow_caches(state, size)
+    state = search_steps(params, state, jnp.int32(size), cfg, alpha)
+  return search_result(state)
 
 
 def sequence_logprobs(params: Any, inputs: jax.Array, targets: jax.Array,
@@ -187,6 +252,12 @@ def sequence_logprobs(params: Any, inputs: jax.Array, targets: jax.Array,
 
 # The first self-attention cache length of cached beam search; each later one doubles it.
 FIRST_CACHE_POSITIONS = 16
+# Steps `BeamDecoder` runs between looks at which sentences are done: a host round trip
+# each, against up to this many steps spent on rows that are no longer needed.
+COMPACT_EVERY = 8
+# The fewest rows per device a batch shrinks to: every smaller batch size would be one more
+# compiled search, for steps that cost little at any size.
+MIN_ROWS = 8
 
 
 def cache_phases(total: int) -> list[int]:
@@ -218,25 +289,69 @@ class BeamDecoder:
 
   def __init__(self, params: Any, model_cfg: ModelConfig | Sequence[ModelConfig],
                decode_cfg: DecodeConfig,
-               vocab: Any, max_input_length: int, tokens_per_batch: int = 2048):
+               vocab: Any, max_input_length: int, tokens_per_batch: int = 2048,
+               num_devices: int | None = None):
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch
-    self.devices = jax.local_devices()
-    # This process's devices alone: in a multi-process job one host may decode.
+    # This process's devices (all by default): in a multi-process job one host may decode.
+    self.devices = jax.local_devices()[:num_devices]
     self.params = parallel.replicate(params, len(self.devices), local_only=True)
-    self._search = jax.pmap(
-        functools.partial(beam_search,
-                          cfg=model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg),
-                          beam_size=decode_cfg.beam_size,
-                          alpha=decode_cfg.alpha,
-                          max_extra_length=decode_cfg.max_extra_length,
-                          min_length=decode_cfg.min_length),
-        axis_name=parallel.AXIS, devices=self.devices)
+    cfgs = model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)
+    pmap = functools.partial(jax.pmap, axis_name=parallel.AXIS, devices=self.devices)
+    self._start = pmap(functools.partial(
+        search_start, cfg=cfgs, beam_size=decode_cfg.beam_size,
+        max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length))
+    self._steps = pmap(functools.partial(search_steps, cfg=cfgs, alpha=decode_cfg.alpha))
+    self._grow = pmap(grow_caches, static_broadcasted_argnums=1)
+    self._select = pmap(select_sentences)
     self._score = jax.pmap(functools.partial(
         sequence_logprobs,
         cfg=model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)),
         axis_name=parallel.AXIS, devices=self.devices)
+
+  def _search(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Beam search on `batch` [devices, rows, width]: finished hypotheses [devices, rows,
+    beam, T] (EOS-terminated; read them with `strip`) and their scores.
+
+    Runs `COMPACT_EVERY` steps at a time. Once the sentences still searching fit in half
+    the rows or fewer (on every device), the batch shrinks to them: a batch no longer pays
+    for its finished sentences until its slowest one ends. Steps cost in proportion to the
+    rows on CPUs, and on GPUs once a batch fills the device.
+    """
+    n_dev, rows, _ = batch.shape
+    state = self._start(self.params, batch)
+    seqs = np.zeros(state["sent"]["fin_seqs"].shape, np.int32)
+    scores = np.full(state["sent"]["fin_scores"].shape, NEG_INF, np.float32)
+    held = np.tile(np.arange(rows), (n_dev, 1))  # the batch row each state row holds
+    devs = np.arange(n_dev)[:, None]
+
+    def keep() -> None:  # the finished hypotheses of the rows held now
+      seqs[devs, held] = np.asarray(state["sent"]["fin_seqs"])
+      scores[devs, held] = np.asarray(state["sent"]["fin_scores"])
+
+    phases = cache_phases(seqs.shape[-1])
+    cache_at, step = 0, 0
+    while True:
+      end = min(step + COMPACT_EVERY, phases[cache_at])
+      state = self._steps(self.params, state, np.full(n_dev, end, np.int32))
+      step = end
+      done = np.asarray(state["sent"]["done"])
+      if done.all() or step >= phases[-1]:
+        break
+      if step == phases[cache_at]:
+        cache_at += 1
+        state = self._grow(state, phases[cache_at])
+      searching = int((~done).sum(axis=1).max())
+      smaller = max(1 << (searching - 1).bit_length(), MIN_ROWS)
+      if smaller <= done.shape[1] // 2:
+        keep()
+        # Searching rows first, then done ones as padding: a done row's result is final.
+        order = np.argsort(done, axis=1, kind="stable")[:, :smaller]
+        state = self._select(state, order.astype(np.int32))
+        held = np.take_along_axis(held, order, axis=1)
+    keep()
+    return seqs, scores
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0
@@ -274,9 +389,9 @@ class BeamDecoder:
       batch = np.zeros((n_dev * per_dev, width), np.int32)
       for row, j in enumerate(chunk):
         batch[row, :len(sources[j])] = sources[j]
-      seqs, scores = self._search(self.params, batch.reshape(n_dev, per_dev, width))
-      seqs = np.asarray(seqs).reshape(n_dev * per_dev, self.decode_cfg.beam_size, -1)
-      scores = np.asarray(scores).reshape(n_dev * per_dev, -1)
+      seqs, scores = self._search(batch.reshape(n_dev, per_dev, width))
+      seqs = seqs.reshape(n_dev * per_dev, *seqs.shape[2:])
+      scores = scores.reshape(n_dev * per_dev, -1)
       for row, j in enumerate(chunk):
         results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
                       for hyp, score in zip(seqs[row], scores[row])]

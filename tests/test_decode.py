@@ -156,6 +156,31 @@ class _IdVocab:
     return " ".join(map(str, ids))
 
 
+def test_decoder_drops_finished_sentences_and_finds_what_the_whole_search_finds(params,
+                                                                             monkeypatch):
+  """`BeamDecoder` shrinks a batch as its sentences finish (here every 2 steps, down to one
+  row); every sentence's hypotheses and scores equal those of the one-function search over
+  the whole batch, which runs every row until the last sentence ends."""
+  from t2t_jax.config import DecodeConfig
+  monkeypatch.setattr(decode, "COMPACT_EVERY", 2)
+  monkeypatch.setattr(decode, "MIN_ROWS", 1)
+  lengths = [1, 7, 1, 2, 1, 1, 2, 1]  # length limits 1+4 ... 7+4: they end at different steps
+  src = _sources(lengths, 8, seed=3)
+  dec = decode.BeamDecoder(params, TINY, DecodeConfig(beam_size=3, alpha=0.6,
+                                                      max_extra_length=4),
+                           _IdVocab(), max_input_length=8, tokens_per_batch=64,
+                           num_devices=1)
+  rows, steps = [], dec._steps
+  dec._steps = lambda p, state, end: (rows.append(state["sent"]["done"].shape[1]),
+                                      steps(p, state, end))[1]
+  nbest = dec.nbest_ids([list(row[:n + 1]) for row, n in zip(src, lengths)])
+  assert rows[0] == 8 and min(rows) <= 2, rows
+  seqs, scores = decode.beam_search(params, src, TINY, 3, 0.6, 4)
+  for j in range(len(lengths)):
+    assert [ids for ids, _ in nbest[j]] == [decode.strip(np.asarray(s)) for s in seqs[j]]
+    np.testing.assert_allclose([score for _, score in nbest[j]], scores[j], atol=1e-5)
+
+
 def test_translator_keeps_order_alignment_and_truncates(params, capsys):
   from t2t_jax.config import DecodeConfig
   tr = decode.BeamDecoder(params, TINY, DecodeConfig(beam_size=2, alpha=0.6, max_extra_length=5),
