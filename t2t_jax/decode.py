@@ -50,9 +50,9 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
                  min_length: int = 1) -> dict[str, Any]:
   """The search state before its first step: the encoder has run, nothing is decoded.
 
-  The state holds the step counter "i", per-sentence arrays under "sent" ([b, ...]) and
-  per-hypothesis arrays under "beam" ([b * beam, ...]: the source, the caches), so that
-  `select_sentences` can keep any subset of sentences. A row whose first token is PAD is no
+  The state holds the step counter "i" and per-sentence arrays under "sent" ([b, ...]: the
+  source, the hypotheses, the caches), so that `select_sentences` can keep any subset of
+  sentences. A row whose first token is PAD is no
   sentence (batch padding): it starts done, so it never holds the search up.
   """
   applies = _members(params, cfg)
@@ -65,18 +65,15 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
     if c.positional == "learned":
       positions = min(positions, c.max_len - 1)
   max_len = jnp.minimum(src_len + max_extra_length, positions)  # tokens before EOS
-  rep = lambda x: jnp.repeat(x, k, axis=0)
-  inputs_rep = rep(inputs)
-  encoded_rep = [rep(apply(inputs, method=model.Transformer.encode)) for apply in applies]
+  encoded = [apply(inputs, method=model.Transformer.encode) for apply in applies]
   # The self-attention caches start short and double when the search outgrows them
-  # (`grow_caches`): each step reads and reorders the whole cache, so sizing it for the
-  # longest possible output made short sentences pay for positions they never reach.
+  # (`grow_caches`): each step reads the whole cache, so sizing it for the longest possible
+  # output made short sentences pay for positions they never reach.
   first = cache_phases(positions + 1)[0]
-  cache = [apply(enc, first, method=model.Transformer.init_cache) if cached else {}
-           for apply, enc in zip(applies, encoded_rep)]
   return {
       "i": jnp.array(0, jnp.int32),
       "sent": {
+          "inputs": inputs,
           "max_len": max_len,
           "min_len": jnp.minimum(min_length, max_len),      # the length limit wins
           "live_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
@@ -85,10 +82,14 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
           "fin_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
           "fin_scores": jnp.full((b, k), NEG_INF),
           "done": inputs[:, 0] == PAD_ID,
+          # Cached: one cache per sentence, a slot per beam, and for each live hypothesis
+          # the slot that holds each of its positions (`model.DecoderLayer.step`).
+          # Uncached: the encoder output, which the decoder re-reads at every step.
+          **({"cache": [apply(enc, first, k, method=model.Transformer.init_cache)
+                        for apply, enc in zip(applies, encoded)],
+              "ancestry": jnp.zeros((b, k, first), jnp.int32)}
+             if cached else {"encoded": encoded}),
       },
-      "beam": {"inputs": inputs_rep, "cache": cache,
-               # The uncached search re-runs the decoder on the encoder output.
-               "encoded": [] if cached else encoded_rep},
   }
 
 
@@ -104,26 +105,29 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
   b, k, width = state["sent"]["live_seqs"].shape
   positions = width - 1
   max_len, min_len = state["sent"]["max_len"], state["sent"]["min_len"]
-  inputs_rep = state["beam"]["inputs"]
-  cached = not state["beam"]["encoded"]
+  inputs = state["sent"]["inputs"]
+  cached = "cache" in state["sent"]
+  rep = lambda x: jnp.repeat(x, k, axis=0)
 
   def body(st):
     i, s = st["i"], st["sent"]
     member_logp, cache = [], []
+    if cached:  # each live hypothesis holds position i in its own slot
+      ancestry = jax.lax.dynamic_update_slice_in_dim(
+          s["ancestry"], jnp.broadcast_to(jnp.arange(k)[:, None], (b, k, 1)), i, axis=2)
     for n, apply in enumerate(applies):
-      member_cache = st["beam"]["cache"][n]
       if cached:
-        logits, member_cache = apply(member_cache, s["last"].reshape(b * k), i, inputs_rep,
-                                     method=model.Transformer.decode_step)
+        logits, member_cache = apply(s["cache"][n], s["last"].reshape(b * k), i, inputs,
+                                     ancestry, method=model.Transformer.decode_step)
+        cache.append(member_cache)
       else:
         prefix = jnp.concatenate([jnp.full((b * k, 1), BOS_ID, jnp.int32),
                                   s["live_seqs"].reshape(b * k, -1)[:, :-1]], axis=1)
         prefix = jnp.where(jnp.arange(positions + 1) <= i, prefix, PAD_ID)
-        all_logits = apply(st["beam"]["encoded"][n], inputs_rep, prefix,
+        all_logits = apply(rep(s["encoded"][n]), rep(inputs), prefix,
                            method=model.Transformer.decode)
         logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
       member_logp.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
-      cache.append(member_cache)
     if len(member_logp) == 1:
       logp = member_logp[0]
     else:  # log of the members' mean probability
@@ -161,21 +165,17 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
     # Live: the k best that did not end.
     live_logp, live_idx = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
     live_seqs = _gather_beams(seqs, live_idx)
-    source_beam = _gather_beams(beam_idx, live_idx)
-    flat = (jnp.arange(b)[:, None] * k + source_beam).reshape(-1)
-    # Each sentence's cross-attention keys and values are the same in all its beams, so
-    # only the self-attention caches follow the surviving hypotheses.
-    if cached:
-      cache = [[{**c, "self_k": c["self_k"][flat], "self_v": c["self_v"][flat]}
-                for c in member_cache] for member_cache in cache]
+    # A surviving hypothesis takes over its parent's history; the caches stay as they are.
+    carried = {"cache": cache, "ancestry": _gather_beams(
+        ancestry, _gather_beams(beam_idx, live_idx))} if cached else {}
 
     # A live hypothesis scores at best its current log-prob under the largest penalty.
     best_live = live_logp[:, 0] / length_penalty(max_len + 1.0, alpha)
     done = s["done"] | (fin_scores[:, -1] >= best_live) | (i >= max_len)
     sent = {**s, "live_seqs": live_seqs, "live_logp": live_logp,
             "last": _gather_beams(tokens, live_idx), "fin_seqs": fin_seqs,
-            "fin_scores": fin_scores, "done": done}
-    return {"i": i + 1, "sent": sent, "beam": {**st["beam"], "cache": cache}}
+            "fin_scores": fin_scores, "done": done, **carried}
+    return {"i": i + 1, "sent": sent}
 
   cond = lambda st: (st["i"] < end) & ~jnp.all(st["sent"]["done"])
   return jax.lax.while_loop(cond, body, state)
@@ -184,19 +184,18 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
 def grow_caches(state: dict[str, Any], size: int) -> dict[str, Any]:
   """The state with self-attention caches `size` positions long (the search goes on past
   them)."""
-  grow = lambda c: jnp.pad(c, ((0, 0), (0, 0), (0, size - c.shape[2]), (0, 0)))
-  cache = [[{**c, "self_k": grow(c["self_k"]), "self_v": grow(c["self_v"])} for c in member]
-           for member in state["beam"]["cache"]]
-  return {**state, "beam": {**state["beam"], "cache": cache}}
+  pad = lambda x, axis: jnp.pad(x, [(0, size - x.shape[axis]) if a == axis else (0, 0)
+                                    for a in range(x.ndim)])
+  sent = state["sent"]
+  cache = [[{**c, "self_k": pad(c["self_k"], 3), "self_v": pad(c["self_v"], 3)}
+            for c in member] for member in sent["cache"]]
+  return {**state, "sent": {**sent, "cache": cache, "ancestry": pad(sent["ancestry"], 2)}}
 
 
 def select_sentences(state: dict[str, Any], rows: jax.Array) -> dict[str, Any]:
   """The state of sentences `rows` [b'] alone: a batch whose other sentences are done goes on
   at the width of the ones still searching."""
-  k = state["sent"]["live_logp"].shape[1]
-  beam_rows = (rows[:, None] * k + jnp.arange(k)).reshape(-1)
-  return {"i": state["i"], "sent": jax.tree.map(lambda x: x[rows], state["sent"]),
-          "beam": jax.tree.map(lambda x: x[beam_rows], state["beam"])}
+  return {"i": state["i"], "sent": jax.tree.map(lambda x: x[rows], state["sent"])}
 
 
 def search_result(state: dict[str, Any]) -> tuple[jax.Array, jax.Array]:

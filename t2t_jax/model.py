@@ -134,24 +134,13 @@ class MultiHeadAttention(nn.Module):
     return k, v
 
   def attend(self, x_q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
-             mask: "KeyMask | None" = None, heads_first: bool = False) -> Array:
+             mask: "KeyMask | None" = None) -> Array:
     """`bias` masks the einsum path; the fused path takes the same mask as `mask` (key
-    lengths and causality), which cuDNN applies inside its kernel without a bias tensor.
-
-    `heads_first`: keys and values come as [b, h, L, d], the layout the attention products
-    read (cached decoding keeps its caches so, instead of transposing them at every step).
-    """
+    lengths and causality), which cuDNN applies inside its kernel without a bias tensor."""
     cfg = self.cfg
     b, lq, _ = x_q.shape
     q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
     q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
-    if heads_first and not cfg.fused_attention:
-      logits = kernels.einsum(cfg, "bqhd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
-      weights = jax.nn.softmax(logits, axis=-1)
-      out = kernels.einsum(cfg, "bhqk,bhkd->bqhd", weights, v)
-      return self.out(out.reshape(b, lq, cfg.num_heads * cfg.d_v))
-    if heads_first:  # the fused kernel takes [b, L, h, d]
-      k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     if cfg.fused_attention:
       dt = kernels.compute_dtype(cfg)
       kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
@@ -166,6 +155,26 @@ class MultiHeadAttention(nn.Module):
     weights = self.weights_dropout(weights, deterministic=not train)
     out = kernels.einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
+
+  def attend_group(self, x_q: Array, k: Array, v: Array, bias: Array) -> Array:
+    """Attention for cached decoding: the n queries [b * n, 1, d_model] of each of b groups
+    (a sentence's beams) over the group's keys and values [b, h, S, d], heads first (the
+    layout the products read); `bias` [b, 1, n, S] says which keys each query sees.
+
+    A sentence's beams share one cache, so a search never copies caches when it reorders
+    its hypotheses: each beam sees its own history through `bias`.
+    """
+    cfg = self.cfg
+    b, _, length, _ = k.shape
+    n = x_q.shape[0] // b
+    q = self.query(x_q).reshape(b, n, cfg.num_heads, cfg.d_k) * (1.0 / math.sqrt(cfg.d_k))
+    # Heads first before the products: XLA:CPU ran the products 2.5x slower when they
+    # transposed the queries themselves.
+    q = q.transpose(0, 2, 1, 3)
+    logits = kernels.einsum(cfg, "bhnd,bhsd->bhns", q, k).astype(jnp.float32) + bias
+    weights = jax.nn.softmax(logits, axis=-1)
+    out = kernels.einsum(cfg, "bhns,bhsd->bhnd", weights, v).transpose(0, 2, 1, 3)
+    return self.out(out.reshape(b * n, 1, cfg.num_heads * cfg.d_v))
 
   def __call__(self, x_q: Array, x_kv: Array, bias: Array, train: bool = False,
                mask: "KeyMask | None" = None) -> Array:
@@ -223,50 +232,53 @@ class DecoderLayer(nn.Module):
     self.ln_ffn = nn.LayerNorm()
     self.dropout = Dropout(self.cfg.dropout, self.first_row)
 
-  def _cross_and_ffn(self, y, cross_k, cross_v, cross_bias, train, cross_mask=None,
-                     heads_first=False):
-    drop = lambda z: self.dropout(z, deterministic=not train)
-    y = self.ln_cross_attention(y + drop(self.cross_attention.attend(
-        y, cross_k, cross_v, cross_bias, train, cross_mask, heads_first)))
-    return self.ln_ffn(y + drop(self.ffn(y, train)))
+  def _ffn(self, y, train):
+    return self.ln_ffn(y + self.dropout(self.ffn(y, train), deterministic=not train))
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
                train: bool, self_mask: KeyMask | None = None,
                cross_mask: KeyMask | None = None) -> Array:
     drop = lambda z: self.dropout(z, deterministic=not train)
     y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias, train, self_mask)))
-    cross_k, cross_v = self.cross_attention.project_kv(encoded)
-    return self._cross_and_ffn(y, cross_k, cross_v, cross_bias, train, cross_mask)
+    y = self.ln_cross_attention(y + drop(self.cross_attention(y, encoded, cross_bias, train,
+                                                              cross_mask)))
+    return self._ffn(y, train)
 
-  def init_cache(self, encoded: Array, max_length: int) -> dict[str, Array]:
-    """Keys and values as [b, h, L, d] (heads first): the layout the attention products read,
-    so that no decoding step transposes a cache."""
+  def init_cache(self, encoded: Array, max_length: int, beams: int) -> dict[str, Array]:
+    """Per sentence: self-attention keys and values [b, h, beams, max_length, d], one slot
+    per beam, and the cross-attention ones [b, h, src_len, d], projected once (all of a
+    sentence's beams read them)."""
     cfg = self.cfg
     b = encoded.shape[0]
     cross_k, cross_v = (x.transpose(0, 2, 1, 3)
                         for x in self.cross_attention.project_kv(encoded))
     dt = cross_k.dtype
-    return {"self_k": jnp.zeros((b, cfg.num_heads, max_length, cfg.d_k), dt),
-            "self_v": jnp.zeros((b, cfg.num_heads, max_length, cfg.d_v), dt),
+    return {"self_k": jnp.zeros((b, cfg.num_heads, beams, max_length, cfg.d_k), dt),
+            "self_v": jnp.zeros((b, cfg.num_heads, beams, max_length, cfg.d_v), dt),
             "cross_k": cross_k, "cross_v": cross_v}
 
-  def step(self, y: Array, cache: dict[str, Array], position: Array, cross_bias: Array,
-           cross_mask: KeyMask | None = None) -> tuple[Array, dict[str, Array]]:
-    """y [b, 1, d_model] at `position`; returns its output and the updated cache."""
-    k, v = (x.transpose(0, 2, 1, 3) for x in self.self_attention.project_kv(y))
-    self_k = jax.lax.dynamic_update_slice_in_dim(cache["self_k"], k, position, axis=2)
-    self_v = jax.lax.dynamic_update_slice_in_dim(cache["self_v"], v, position, axis=2)
-    # Causality: only cached positions <= `position` are visible.
-    visible = jnp.arange(self_k.shape[2]) <= position
-    self_bias = (None if self.cfg.fused_attention else
-                 jnp.where(visible, 0.0, NEG_INF).astype(jnp.float32)[None, None, None, :])
-    self_mask = KeyMask(jnp.full((y.shape[0],), position + 1, jnp.int32))
-    y = self.ln_self_attention(y + self.self_attention.attend(y, self_k, self_v, self_bias,
-                                                              mask=self_mask,
-                                                              heads_first=True))
-    y = self._cross_and_ffn(y, cache["cross_k"], cache["cross_v"], cross_bias, False,
-                            cross_mask, heads_first=True)
-    return y, {**cache, "self_k": self_k, "self_v": self_v}
+  def step(self, y: Array, cache: dict[str, Array], position: Array, ancestry: Array,
+           cross_bias: Array) -> tuple[Array, dict[str, Array]]:
+    """y [b * beams, 1, d_model] at `position`; returns its output and the updated cache.
+
+    The hypothesis in beam slot j writes its key and value to slot j; `ancestry` [b, beams,
+    length] names, for each of its positions, the slot its prefix wrote that position to
+    (j itself at `position`), which is all it may attend to (causality included).
+    """
+    b, h, beams, length, _ = cache["self_k"].shape
+    put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(
+        c, x.reshape(b, beams, h, 1, -1).transpose(0, 2, 1, 3, 4), position, axis=3)
+    k, v = self.self_attention.project_kv(y)
+    self_k, self_v = put(cache["self_k"], k), put(cache["self_v"], v)
+    visible = ((ancestry[:, :, None, :] == jnp.arange(beams)[:, None])
+               & (jnp.arange(length) <= position))            # [b, query beam, slot, pos]
+    self_bias = jnp.where(visible, 0.0, NEG_INF).reshape(b, 1, beams, beams * length)
+    flat = lambda c: c.reshape(b, h, beams * length, -1)
+    y = self.ln_self_attention(y + self.self_attention.attend_group(
+        y, flat(self_k), flat(self_v), self_bias))
+    y = self.ln_cross_attention(y + self.cross_attention.attend_group(
+        y, cache["cross_k"], cache["cross_v"], cross_bias))
+    return self._ffn(y, False), {**cache, "self_k": self_k, "self_v": self_v}
 
 
 # ---------------------------------------------------------------------------------------
@@ -332,24 +344,32 @@ class Transformer(nn.Module):
       y = layer(y, encoded, self_bias, cross_bias, train, self_mask, cross_mask)
     return y
 
-  def init_cache(self, encoded: Array, max_length: int) -> list[dict[str, Array]]:
-    """Per decoder layer: empty self-attention keys/values for `max_length`
-    positions and the cross-attention keys/values, projected once per sentence."""
-    return [layer.init_cache(encoded, max_length) for layer in self.decoder_layers]
+  def init_cache(self, encoded: Array, max_length: int, beams: int = 1
+                 ) -> list[dict[str, Array]]:
+    """Per decoder layer: empty self-attention keys/values for `max_length` positions of
+    `beams` hypotheses per sentence, and the cross-attention keys/values, projected once per
+    sentence."""
+    return [layer.init_cache(encoded, max_length, beams) for layer in self.decoder_layers]
 
   def decode_step(self, cache: list[dict[str, Array]], tokens: Array, position: Array,
-                  inputs: Array) -> tuple[Array, list[dict[str, Array]]]:
-    """Logits [batch, vocab] for the next token after `tokens` [batch] at `position`.
+                  inputs: Array, ancestry: Array | None = None
+                  ) -> tuple[Array, list[dict[str, Array]]]:
+    """Logits [b * beams, vocab] for the next token after `tokens` [b * beams] at `position`,
+    for the sentences `inputs` [b, src_len] (beams rows each, in order).
 
-    Costs one decoder position: earlier positions come from `cache`.
+    Costs one decoder position: earlier positions come from `cache`. `ancestry` [b, beams,
+    cache length]: see `DecoderLayer.step`; by default each beam's history is its own slot.
     """
+    b = inputs.shape[0]
+    beams, length = cache[0]["self_k"].shape[2:4]
+    if ancestry is None:
+      ancestry = jnp.broadcast_to(jnp.arange(beams)[:, None], (b, beams, length))
     y = self.embed(tokens[:, None]) * math.sqrt(self.cfg.d_model)
     y = self.decoder_positions(y, offset=position)
-    cross_bias = None if self.cfg.fused_attention else padding_bias(inputs)
-    cross_mask = key_mask(inputs)
+    cross_bias = padding_bias(inputs)
     new_cache = []
     for layer, layer_cache in zip(self.decoder_layers, cache):
-      y, layer_cache = layer.step(y, layer_cache, position, cross_bias, cross_mask)
+      y, layer_cache = layer.step(y, layer_cache, position, ancestry, cross_bias)
       new_cache.append(layer_cache)
     return self.logits(y)[:, 0], new_cache
 

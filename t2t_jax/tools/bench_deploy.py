@@ -7,16 +7,20 @@ the references.
 Every decoder gets beam 4, the same threads (`--threads`, default all cores) and the same
 length limit (source tokens + 50). The length penalties differ by formula (ours is GNMT's,
 the others divide by length^alpha, all with alpha = decode.alpha), so their BLEU may differ a
-little. Each is timed on its second pass over the sentences: the first compiles our search
-for each batch shape and warms the others' caches.
+little. Each first translates the sentences once untimed (that compiles our search for each
+batch shape and warms the others' caches), then `rounds` more times, timed; its figure is the
+median. The decoders run one after the other, each library loaded only when its turn comes:
+CTranslate2 brings its own OpenMP runtime, and with it loaded torch ran at half its speed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import statistics
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 from t2t_jax.config import ExperimentConfig
 
@@ -25,16 +29,13 @@ def _bleu(hyps: list[str], refs: list[str]) -> float:
   import sacrebleu
   return round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
 
-
-def _timed(fn, sentences: list[str]) -> tuple[list[str], float]:
-  fn(sentences)  # compilation, caches
-  start = time.perf_counter()
-  out = fn(sentences)
-  return out, time.perf_counter() - start
+# Idle time before each timed pass, so that no thread of the pass before still spins on a core
+# (OpenMP threads spin-wait for a while after their last operation).
+PAUSE_S = 1.0
 
 
 def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: int,
-        batch: int = 32) -> list[dict[str, Any]]:
+        batch: int = 32, rounds: int = 5) -> list[dict[str, Any]]:
   """One record per decoder: sentences/s, target tokens/s of its output and BLEU."""
   from t2t_jax import export, input_pipeline
   from t2t_jax.config import override
@@ -44,21 +45,27 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
   out_dir = os.path.join(tempfile.mkdtemp(prefix="t2t_jax_deploy_"), "marian")
   export.export_huggingface(cfg, workdir, out_dir)
   beam, alpha = cfg.decode.beam_size, cfg.decode.alpha
-  records = []
+  records: list[dict[str, Any]] = []
 
-  def record(name: str, hyps: list[str], seconds: float, **extra) -> None:
-    words = sum(len(h.split()) for h in hyps)
-    records.append({"what": "deploy", "decoder": name, "sentences": len(hyps),
-                    "seconds": round(seconds, 3),
-                    "sentences_per_sec": round(len(hyps) / seconds, 2),
-                    "output_words_per_sec": round(words / seconds, 1),
-                    "sacrebleu": _bleu(hyps, refs), "beam_size": beam, "threads": threads,
-                    **extra})
+  def timed(name: str, fn: Callable[[list[str]], list[str]], **extra: Any) -> None:
+    hyps = fn(sources)  # compilation, caches
+    seconds = []
+    for _ in range(rounds):
+      time.sleep(PAUSE_S)
+      start = time.perf_counter()
+      fn(sources)
+      seconds.append(time.perf_counter() - start)
+    t = statistics.median(seconds)
+    records.append({
+        "what": "deploy", "decoder": name, "sentences": len(sources), "seconds": round(t, 3),
+        "sentences_per_sec": round(len(sources) / t, 2),
+        "sentences_per_sec_rounds": [round(len(sources) / x, 1) for x in seconds],
+        "output_words_per_sec": round(sum(len(h.split()) for h in hyps) / t, 1),
+        "sacrebleu": _bleu(hyps, refs), "beam_size": beam, "threads": threads, **extra})
 
   for dtype in ("float32", "bfloat16"):  # bf16: `--set model.dtype=bfloat16` at decode
     ours = Translator.from_config(override(cfg, {"model.dtype": dtype}), workdir)
-    hyps, seconds = _timed(ours.translate, sources)
-    record(f"t2t_jax {dtype} (cached beam search, XLA:CPU)", hyps, seconds, label=ours.label)
+    timed(f"t2t_jax {dtype} (cached beam search, XLA:CPU)", ours.translate, label=ours.label)
 
   import sentencepiece as spm
   sp = spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "source.spm"))
@@ -69,7 +76,7 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
   torch.set_num_threads(threads)
   tokenizer = MarianTokenizer.from_pretrained(out_dir)
 
-  def hf_translate(sentences: list[str]) -> list[str]:
+  def hf_translate(hf: Any, sentences: list[str]) -> list[str]:
     order = sorted(range(len(sentences)), key=lambda i: len(tokens[i]))
     texts: dict[int, str] = {}
     for start in range(0, len(order), batch):
@@ -83,9 +90,8 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
     return [texts[i] for i in range(len(sentences))]
   for dtype in (torch.float32, torch.bfloat16):
     hf = MarianMTModel.from_pretrained(out_dir, dtype=dtype).eval()
-    hyps, seconds = _timed(hf_translate, sources)
-    record(f"transformers {__import__('transformers').__version__} generate (torch "
-           f"{torch.__version__}, {str(dtype).split('.')[-1]})", hyps, seconds)
+    timed(f"transformers {__import__('transformers').__version__} generate (torch "
+          f"{torch.__version__}, {str(dtype).split('.')[-1]})", functools.partial(hf_translate, hf))
 
   import ctranslate2
   from ctranslate2.converters import TransformersConverter
@@ -95,13 +101,14 @@ def run(cfg: ExperimentConfig, workdir: str, split: str, limit: int, threads: in
     translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1,
                                         intra_threads=threads)
 
-    def ct2_translate(sentences: list[str]) -> list[str]:
+    def ct2_translate(translator: Any, sentences: list[str]) -> list[str]:
       results = translator.translate_batch(
           tokens, beam_size=beam, length_penalty=alpha, max_batch_size=batch,
           max_decoding_length=max(map(len, tokens)) - 1 + 50)
       return [sp.decode(r.hypotheses[0]) for r in results]
-    hyps, seconds = _timed(ct2_translate, sources)
-    record(f"CTranslate2 {ctranslate2.__version__} {quantization}", hyps, seconds)
+    timed(f"CTranslate2 {ctranslate2.__version__} {quantization}",
+          functools.partial(ct2_translate, translator))
+
   base = records[0]["sentences_per_sec"]
   for r in records:
     r["ours_over_this"] = round(base / r["sentences_per_sec"], 3)
