@@ -45,6 +45,13 @@ def _members(params: Any, cfg: ModelConfig | Sequence[ModelConfig]) -> list:
   return [functools.partial(model.Transformer(c).apply, {"params": p}) for c, p in pairs]
 
 
+def _ensemble_logp(member_logps: list[jax.Array]) -> jax.Array:
+  """The log of the members' mean probability (one member: its own log-probabilities)."""
+  if len(member_logps) == 1:
+    return member_logps[0]
+  return jax.nn.logsumexp(jnp.stack(member_logps), axis=0) - jnp.log(len(member_logps))
+
+
 def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
                  beam_size: int, max_extra_length: int, cached: bool = True,
                  min_length: int = 1) -> dict[str, Any]:
@@ -128,10 +135,7 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
                            method=model.Transformer.decode)
         logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
       member_logp.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
-    if len(member_logp) == 1:
-      logp = member_logp[0]
-    else:  # log of the members' mean probability
-      logp = jax.nn.logsumexp(jnp.stack(member_logp), axis=0) - jnp.log(len(member_logp))
+    logp = _ensemble_logp(member_logp)
     vocab = logp.shape[-1]
     logp = logp.reshape(b, k, vocab)
     token_ids = jnp.arange(vocab)
@@ -238,12 +242,9 @@ def sequence_logprobs(params: Any, inputs: jax.Array, targets: jax.Array,
   """log p(targets | inputs) summed over each row's target tokens (EOS included, PAD not),
   and the number of those tokens. An ensemble scores each token by the log of its members'
   mean probability, as its beam search does."""
-  members = [(cfg, params)] if isinstance(cfg, ModelConfig) else list(zip(cfg, params,
-                                                                          strict=True))
-  logps = [jax.nn.log_softmax(model.Transformer(c).apply({"params": p}, inputs, targets)
-                              .astype(jnp.float32)) for c, p in members]
-  logp = logps[0] if len(logps) == 1 else (
-      jax.nn.logsumexp(jnp.stack(logps), axis=0) - jnp.log(len(logps)))
+  logps = [jax.nn.log_softmax(apply(inputs, targets).astype(jnp.float32))
+           for apply in _members(params, cfg)]
+  logp = _ensemble_logp(logps)
   token_logp = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
   real = targets != PAD_ID
   return jnp.sum(jnp.where(real, token_logp, 0.0), axis=-1), jnp.sum(real, axis=-1)
@@ -306,10 +307,7 @@ class BeamDecoder:
     self._steps = pmap(functools.partial(search_steps, cfg=cfgs, alpha=decode_cfg.alpha))
     self._grow = pmap(grow_caches, static_broadcasted_argnums=1)
     self._select = pmap(select_sentences)
-    self._score = jax.pmap(functools.partial(
-        sequence_logprobs,
-        cfg=model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)),
-        axis_name=parallel.AXIS, devices=self.devices)
+    self._score = pmap(functools.partial(sequence_logprobs, cfg=cfgs))
 
   def _search(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Beam search on `batch` [devices, rows, width]: finished hypotheses [devices, rows,

@@ -97,6 +97,16 @@ def causal_bias(length: int) -> Array:
   return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)[None, None]
 
 
+def beam_history_bias(ancestry: Array, position: Array) -> Array:
+  """[b, 1, beams, beams * length] additive bias for cached decoding: hypothesis j of a
+  sentence sees position t of cache slot s iff `ancestry` [b, beams, length] says its prefix
+  wrote position t to slot s, and t <= `position` (causality)."""
+  b, beams, length = ancestry.shape
+  visible = ((ancestry[:, :, None, :] == jnp.arange(beams)[:, None])
+             & (jnp.arange(length) <= position))              # [b, query beam, slot, pos]
+  return jnp.where(visible, 0.0, NEG_INF).reshape(b, 1, beams, beams * length)
+
+
 def shift_right(targets: Array) -> Array:
   """Decoder inputs: BOS followed by the targets, dropping the last position."""
   start = jnp.full_like(targets[:, :1], BOS_ID)
@@ -257,22 +267,19 @@ class DecoderLayer(nn.Module):
             "self_v": jnp.zeros((b, cfg.num_heads, beams, max_length, cfg.d_v), dt),
             "cross_k": cross_k, "cross_v": cross_v}
 
-  def step(self, y: Array, cache: dict[str, Array], position: Array, ancestry: Array,
+  def step(self, y: Array, cache: dict[str, Array], position: Array, self_bias: Array,
            cross_bias: Array) -> tuple[Array, dict[str, Array]]:
     """y [b * beams, 1, d_model] at `position`; returns its output and the updated cache.
 
-    The hypothesis in beam slot j writes its key and value to slot j; `ancestry` [b, beams,
-    length] names, for each of its positions, the slot its prefix wrote that position to
-    (j itself at `position`), which is all it may attend to (causality included).
+    The hypothesis in beam slot j writes its key and value to slot j of the sentence's
+    cache; `self_bias` [b, 1, beams, beams * length] (`beam_history_bias`) says which slots
+    and positions each hypothesis's history holds.
     """
     b, h, beams, length, _ = cache["self_k"].shape
     put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(
         c, x.reshape(b, beams, h, 1, -1).transpose(0, 2, 1, 3, 4), position, axis=3)
     k, v = self.self_attention.project_kv(y)
     self_k, self_v = put(cache["self_k"], k), put(cache["self_v"], v)
-    visible = ((ancestry[:, :, None, :] == jnp.arange(beams)[:, None])
-               & (jnp.arange(length) <= position))            # [b, query beam, slot, pos]
-    self_bias = jnp.where(visible, 0.0, NEG_INF).reshape(b, 1, beams, beams * length)
     flat = lambda c: c.reshape(b, h, beams * length, -1)
     y = self.ln_self_attention(y + self.self_attention.attend_group(
         y, flat(self_k), flat(self_v), self_bias))
@@ -366,10 +373,10 @@ class Transformer(nn.Module):
       ancestry = jnp.broadcast_to(jnp.arange(beams)[:, None], (b, beams, length))
     y = self.embed(tokens[:, None]) * math.sqrt(self.cfg.d_model)
     y = self.decoder_positions(y, offset=position)
-    cross_bias = padding_bias(inputs)
+    self_bias, cross_bias = beam_history_bias(ancestry, position), padding_bias(inputs)
     new_cache = []
     for layer, layer_cache in zip(self.decoder_layers, cache):
-      y, layer_cache = layer.step(y, layer_cache, position, ancestry, cross_bias)
+      y, layer_cache = layer.step(y, layer_cache, position, self_bias, cross_bias)
       new_cache.append(layer_cache)
     return self.logits(y)[:, 0], new_cache
 
