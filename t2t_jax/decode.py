@@ -338,9 +338,6 @@ class BeamDecoder:
       done = np.asarray(state["sent"]["done"])
       if done.all() or step >= phases[-1]:
         break
-      if step == phases[cache_at]:
-        cache_at += 1
-        state = self._grow(state, phases[cache_at])
       searching = int((~done).sum(axis=1).max())
       smaller = max(1 << (searching - 1).bit_length(), MIN_ROWS)
       if smaller <= done.shape[1] // 2:
@@ -349,6 +346,9 @@ class BeamDecoder:
         order = np.argsort(done, axis=1, kind="stable")[:, :smaller]
         state = self._select(state, order.astype(np.int32))
         held = np.take_along_axis(held, order, axis=1)
+      if step == phases[cache_at]:  # after shrinking: only the rows kept grow
+        cache_at += 1
+        state = self._grow(state, phases[cache_at])
     keep()
     return seqs, scores
 
