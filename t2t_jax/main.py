@@ -13,6 +13,8 @@ import os
 import shlex
 import signal
 import sys
+import threading
+import time
 
 from absl import app, flags, logging
 
@@ -246,6 +248,10 @@ def _this_command() -> str:
   return "python -m t2t_jax.main " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+# How often a stop requested by SIGTERM is sent again until it ends the block (`_sigterm_stops`).
+RESEND_SIGTERM_S = 0.5
+
+
 class _Stopped(Exception):
   """A SIGTERM arrived outside the training loop (which handles its own): while preparing
   data, or while a finished run was averaging or decoding."""
@@ -256,13 +262,40 @@ def _sigterm_stops():
   """The final average and decode take minutes; a SIGTERM then (a preemption notice, a sweep
   stopping) ends them at once and cleanly: both write their outputs atomically, and the
   same command redoes only what is missing."""
+  lock, state = threading.Lock(), {"active": True, "requested": False}
+
   def handle(signum, frame):
+    if not state["active"]:  # a resent signal met while the block was being left
+      return
+    if not state["requested"]:
+      state["requested"] = True
+      threading.Thread(target=resend, daemon=True).start()
     raise _Stopped
+
+  def resend():
+    # A raise from a signal handler is lost when the signal lands in a garbage-collection
+    # callback (jax has one; Python prints "Exception ignored" and goes on), which a decode
+    # loop of many small calls runs often. So the signal comes again until one raise lands
+    # and this block is left.
+    while True:
+      time.sleep(RESEND_SIGTERM_S)
+      with lock:
+        if not state["active"]:
+          return
+        os.kill(os.getpid(), signal.SIGTERM)
+
   old = signal.signal(signal.SIGTERM, handle)
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, old)
+    while True:  # a resent signal may raise here too: retry until the handler is restored
+      try:
+        with lock:  # no signal is resent between these two lines
+          state["active"] = False
+          signal.signal(signal.SIGTERM, old)
+        break
+      except _Stopped:
+        continue
 
 
 def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:

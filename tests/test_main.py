@@ -1,8 +1,11 @@
 """The command-line contract: run as a user would, in a subprocess."""
 
+import gc
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +144,31 @@ def test_help_lists_every_experiment_with_its_description_and_exits_0():
   for name, text in registry.descriptions().items():
     assert f"{name}  " in r.stdout and text in r.stdout
   assert "--workdir" in r.stdout and "--mode" in r.stdout
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the ignored raise
+def test_a_sigterm_whose_raise_a_gc_callback_swallowed_still_stops_the_final_evaluation():
+  """A SIGTERM handled inside a garbage-collection callback (jax has one) raises there, and
+  Python ignores that raise and goes on. The final average and decode still stop: the signal
+  is sent again until its raise ends the block."""
+  from t2t_jax import main
+  fired, before = [], signal.getsignal(signal.SIGTERM)
+
+  def callback(phase, info):
+    if phase == "start" and not fired:
+      fired.append(True)
+      os.kill(os.getpid(), signal.SIGTERM)
+      for _ in range(10_000):  # the handler runs here, and its raise is ignored
+        pass
+  gc.callbacks.append(callback)
+  try:
+    with pytest.raises(main._Stopped):
+      with main._sigterm_stops():
+        gc.collect()
+        assert fired
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # work that would otherwise run to its end
+          time.sleep(0.01)
+  finally:
+    gc.callbacks.remove(callback)
+  assert signal.getsignal(signal.SIGTERM) is before  # the handler before the block is back
