@@ -22,6 +22,7 @@ setup(
         "tensorboardX>=2.6",
         "matplotlib>=3.8",
         "numpy>=1.26",
+        "safetensors>=0.4",  # --mode=export writes model.safetensors (small; no torch needed)
     ],
     # Other packages add named experiments under the entry point group "t2t_jax.experiments"
     # (t2t_jax/registry.py); this one's are in t2t_jax/configs/.
@@ -32,11 +33,10 @@ setup(
         "cuda12": ["jax[cuda12]>=0.4.30"],
         "cuda13": ["jax[cuda13]>=0.7"],
         "tpu": ["jax[tpu]>=0.4.30"],
-        # Export checks and the CPU deployment benchmark: transformers loads the export,
-        # CTranslate2 converts it. On a CPU-only machine install a CPU build of torch first
-        # (pip install torch --index-url https://download.pytorch.org/whl/cpu).
-        "hf": ["transformers>=4.46", "torch>=2.1", "safetensors>=0.4", "ctranslate2>=4.0",
-               "datasets>=2.16"],
+        # The export checks, the CPU deployment benchmark and the hf: source: transformers
+        # loads the export, CTranslate2 converts it. torch from PyPI is a CUDA build of several
+        # GB; on a CPU-only machine install the CPU build first (the README says how).
+        "hf": ["transformers>=4.46", "torch>=2.1", "ctranslate2>=4.0", "datasets>=2.16"],
         # The tfds: source (tensorflow-datasets' WMT14 builders). TensorFlow is 1.3 GB, and
         # nothing else needs it.
         "tfds": ["tensorflow-cpu>=2.16", "tensorflow-datasets>=4.9.6",

@@ -78,12 +78,15 @@ def fmt_time(seconds: float) -> str:
   return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True) -> None:
+def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True,
+                   reads_data: bool = True) -> None:
   """Refuses a workdir trained with another experiment, model shape, data or vocabulary.
 
   How the model computes (`COMPUTE_FIELDS`: dtype, implementation, fused attention) may
   differ in any mode; when not `training` (eval, translate, attention), so may what only
-  training uses (`TRAINING_ONLY_FIELDS`: dropout, label smoothing).
+  training uses (`TRAINING_ONLY_FIELDS`: dropout, label smoothing); when the mode does not
+  `reads_data` (translate, score, export, attention, average read only the workdir, its
+  own vocabulary included), so may the data settings.
   """
   found = checkpoints.recorded_settings(workdir)
   if found is None:
@@ -94,6 +97,8 @@ def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True) -
                     f"{cfg.name!r}; use another --workdir")
   free = {"model": COMPUTE_FIELDS + (() if training else TRAINING_ONLY_FIELDS)}
   for key, old in recorded.items():
+    if key == "data" and not reads_data:
+      continue
     new = dataclasses.asdict(getattr(cfg, key))
     diff = sorted(k for k in new if old.get(k) != new[k] and k not in free.get(key, ()))
     if diff:
@@ -121,6 +126,17 @@ def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentC
   if recorded and not cfg.data.vocab_from:
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, vocab_from=recorded))
   return cfg
+
+
+def with_recorded_data(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
+  """`cfg` with the data settings the workdir was trained with (for a command that gives
+  none: a fine-tuned run's later commands need not repeat its `--dataset`)."""
+  found = checkpoints.recorded_settings(workdir)
+  if found is None:
+    return cfg
+  known = {f.name for f in dataclasses.fields(cfg.data)}
+  recorded = {k: v for k, v in found[1]["data"].items() if k in known}
+  return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **recorded))
 
 
 def check_init_from(cfg: ExperimentConfig) -> None:
@@ -166,15 +182,31 @@ def has_checkpoints(workdir: str) -> bool:
   return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
 
 
-def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
+def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) -> bool:
   """Records what the workdir is trained with. A later run of another model or data is
   refused, unless the workdir has no checkpoint yet: a first run that failed before its
   first checkpoint (in data preparation, say) pins nothing. A resumed run that changes how
   the updates are made (`UPDATE_FIELDS`) is warned, and the record keeps each change in
-  its `history`."""
+  its `history`.
+
+  A workdir with checkpoints but no readable record (deleted, or a copy made without it; a
+  damaged one is first moved aside, never deleted) is recorded only once its checkpoints
+  have `restored` into this command's model: False until then."""
   path = os.path.join(workdir, checkpoints.RUN_INFO)
   history = []
-  if has_checkpoints(workdir):
+  damaged = checkpoints.damaged_run_info(workdir)
+  if damaged:
+    aside = checkpoints.unused_name(path + ".damaged")
+    os.replace(path, aside)
+    print(f"warning: {path} is damaged ({damaged}); moved to {aside}. The checkpoints "
+          f"decide: this command's settings are recorded again if they restore into its "
+          f"model", file=sys.stderr, flush=True)
+  if has_checkpoints(workdir) and not os.path.exists(path):
+    if not restored:
+      return False
+    print(f"note: {path} was missing; the checkpoints restored into this command's model, so "
+          f"its settings are recorded there again", file=sys.stderr, flush=True)
+  elif has_checkpoints(workdir):
     check_run_info(cfg, workdir)
     with open(path) as f:
       old = json.load(f)
@@ -195,6 +227,8 @@ def write_run_info(cfg: ExperimentConfig, workdir: str) -> None:
     json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg),
                **({"history": history} if history else {})}, f, indent=2)
   os.replace(path + ".tmp", path)
+  return True
+
 
 
 def checkpoint_bytes(cfg: ExperimentConfig) -> int:

@@ -8,6 +8,7 @@ newest complete one. Training never resumes from the averaged directory.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -147,11 +148,8 @@ class Checkpointer:
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
     """A checkpoint whose own files are broken: process 0 moves it out of the way, to a new
     name (what an earlier start set aside is never replaced)."""
-    aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}")
-    n = 1
-    while os.path.exists(aside):
-      aside = os.path.join(os.path.dirname(self.directory), f"corrupt_checkpoint_{step}.{n}")
-      n += 1
+    aside = unused_name(os.path.join(os.path.dirname(self.directory),
+                                     f"corrupt_checkpoint_{step}"))
     if jax.process_index() == 0:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
             f"moved to {aside}; resuming from the previous one", file=sys.stderr, flush=True)
@@ -191,6 +189,16 @@ class Checkpointer:
       self._manager.close()
 
 
+def unused_name(path: str) -> str:
+  """`path`, or `path`.1, .2, ...: the first that does not exist (nothing set aside is
+  ever replaced)."""
+  candidate, n = path, 0
+  while os.path.exists(candidate):
+    n += 1
+    candidate = f"{path}.{n}"
+  return candidate
+
+
 def _transient(error: Exception) -> bool:
   """An I/O error worth retrying (a network filesystem's hiccup), not a broken file."""
   import errno
@@ -211,13 +219,32 @@ class _StructureMismatch(Exception):
 RUN_INFO = "experiment.json"  # what a workdir was trained with, written when training starts
 
 
-def _run_info(workdir: str) -> dict[str, Any] | None:
-  """WORKDIR/experiment.json as written when training started, or None before that."""
+def _read_run_info(workdir: str) -> tuple[dict[str, Any] | None, str | None]:
+  """(WORKDIR/experiment.json, None), or (None, why it cannot be used) when it is damaged
+  (truncated, not JSON, or missing its fields), or (None, None) when there is none."""
   path = os.path.join(workdir, RUN_INFO)
   if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+    return None, None
+  try:
+    with open(path) as f:
+      info = json.load(f)
+    if not isinstance(info, dict) or not isinstance(info.get("experiment"), str) or not all(
+        isinstance(info.get("config", {}).get(k), dict) for k in ("model", "data")):
+      raise ValueError("not the record of a training run")
+  except (OSError, ValueError) as e:
+    return None, f"{type(e).__name__}: {_first_line(e)}"
+  return info, None
+
+
+def _run_info(workdir: str) -> dict[str, Any] | None:
+  """WORKDIR/experiment.json as written when training started, or None before that (or
+  when it is damaged: `damaged_run_info` says why; the command's settings stand in)."""
+  return _read_run_info(workdir)[0]
+
+
+def damaged_run_info(workdir: str) -> str | None:
+  """Why WORKDIR/experiment.json cannot be read, or None if it reads (or is absent)."""
+  return _read_run_info(workdir)[1]
 
 
 def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | None:
@@ -309,11 +336,15 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   return out, steps
 
 
-def checkpoint_identity(directory: str, step: int) -> list[int]:
-  """Which checkpoint directory this is, not just its step: its inode and modification time
-  (a retrained workdir writes new checkpoints under the same step numbers)."""
-  info = os.stat(os.path.join(directory, str(step)))
-  return [info.st_ino, info.st_mtime_ns]
+def checkpoint_identity(directory: str, step: int) -> str:
+  """Which checkpoint this is, not just its step (a retrained workdir writes new checkpoints
+  under the same step numbers): the sha256 of orbax's metadata file, which holds the
+  nanosecond the checkpoint was written. A copy of the workdir keeps it."""
+  path = os.path.join(directory, str(step), "_CHECKPOINT_METADATA")
+  if not os.path.exists(path):
+    return "none"
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[int]
@@ -325,7 +356,11 @@ def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[in
   for step, ident in identity.items():
     if int(step) not in steps:  # deleted, or pruned by newer checkpoints
       return f"checkpoint {step} is gone"
-    if checkpoint_identity(directory, int(step)) != ident:
+    if isinstance(ident, list):  # recorded before 2026-11-27: [inode, mtime]; a copy keeps
+      same = os.stat(os.path.join(directory, str(step))).st_mtime_ns == ident[1]  # the mtime
+    else:
+      same = checkpoint_identity(directory, int(step)) == ident
+    if not same:
       return f"checkpoint {step} was rewritten since (a new training run)"
   return None
 
@@ -343,28 +378,42 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   # checkpoint written on a signal (a preemption) never is, as `average` leaves it out.
   off_schedule = set(signal_checkpoints(workdir))
   scheduled = [s for s in (ckpt.steps() if ckpt else []) if s not in off_schedule]
+  redo = "run --mode=average to write it again"
   try:
-    if os.path.exists(os.path.join(avg, "averaged.json")):
-      with open(os.path.join(avg, "averaged.json")) as f:
-        record = json.load(f)
-      steps = record["steps"]
+    if os.path.exists(avg):
+      try:
+        with open(os.path.join(avg, "averaged.json")) as f:
+          record = json.load(f)
+        steps = [int(s) for s in record["steps"]]
+      except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{avg} is damaged ({os.path.basename(avg)}/averaged.json: "
+                        f"{type(e).__name__}); {redo}") from None
       stale = _why_average_is_stale(record, ckpt.directory, ckpt.steps()) if ckpt else None
       if stale:
         print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but {stale}; "
               f"using checkpoint {newest} (run --mode=average to average the new "
               f"checkpoints)", file=sys.stderr, flush=True)
       elif not scheduled or scheduled[-1] <= steps[-1]:
-        with ocp.StandardCheckpointer() as reader:
-          params = reader.restore(os.path.join(avg, "params"), like)
+        try:
+          with ocp.StandardCheckpointer() as reader:
+            params = reader.restore(os.path.join(avg, "params"), like)
+        except Exception as e:  # truncated or foreign files: name them, load nothing
+          raise UserError(f"{avg} does not restore ({type(e).__name__}: {_first_line(e)}); "
+                          f"{redo}") from None
         return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
-      # A run resumed after averaging: its average would be silently out of date.
-      print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but checkpoint "
-            f"{scheduled[-1]} is newer; using checkpoint {newest} (run --mode=average to "
-            f"average the newest checkpoints)", file=sys.stderr, flush=True)
+      else:  # a run resumed after averaging: its average would be silently out of date
+        print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but checkpoint "
+              f"{scheduled[-1]} is newer; using checkpoint {newest} (run --mode=average to "
+              f"average the newest checkpoints)", file=sys.stderr, flush=True)
     if newest is None:
       return None
     step = newest
-    restored = ckpt._manager.restore(step, args=ocp.args.StandardRestore())
+    try:
+      restored = ckpt._manager.restore(step, args=ocp.args.StandardRestore())
+    except Exception as e:  # a damaged newest checkpoint: decode with no other one unasked
+      raise UserError(f"checkpoint {os.path.join(ckpt.directory, str(step))} does not restore "
+                      f"({type(e).__name__}: {_first_line(e)}); move it away to use the one "
+                      f"before, or train again, which sets it aside") from None
     params = jax.tree_util.tree_map(np.asarray, restored["params"])
     return params, f"checkpoint {step}"
   finally:

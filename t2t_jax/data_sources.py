@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any, Iterator
 
-from t2t_jax.errors import UserError
+from t2t_jax.errors import UserError, check_input_dir
 
 
 class DataError(UserError):
@@ -67,6 +67,7 @@ def parse_spec(spec: str) -> Source:
   if not os.path.isdir(path):
     raise DataError(f"dataset folder not found: {path} (use --dataset=folder:PATH with "
                     f"files named <split>.<lang>)")
+  check_input_dir(path, f"--dataset={spec}")
   if pair:
     src, tgt = pair.split("-", 1)
   else:

@@ -203,11 +203,15 @@ def tokenizer_files(spm_path: str, out: str, src_lang: str, tgt_lang: str, rows:
 def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
   """Writes the run's averaged (else newest) parameters and vocabulary as a MarianMT folder;
   returns a line saying what was exported. The folder appears whole or not at all."""
-  from safetensors.numpy import save_file
+  try:
+    from safetensors.numpy import save_file
+  except ImportError:  # a default install has it; an environment built otherwise may not
+    raise UserError('export needs safetensors: pip install safetensors (or pip install -e ".")'
+                    ) from None
   from t2t_jax import checkpoints, data_sources, input_pipeline
   check_exportable(cfg)
-  spm_path = os.path.join(workdir, input_pipeline.WORKDIR_VOCAB)
-  if not os.path.exists(spm_path):
+  spm_path = input_pipeline.workdir_vocab([workdir])  # checked against its sha256
+  if spm_path is None:
     raise UserError(f"export: {workdir} has no {input_pipeline.WORKDIR_VOCAB}; train first")
   loaded = checkpoints.load_params_for_inference(workdir, cfg)
   if loaded is None:
@@ -226,6 +230,11 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
                       f"model's {cfg.model.vocab_size} rows")
     state = marian_state(params, cfg)
     save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    # safetensors writes through a private temporary file (mode 0600); the folder's other
+    # files follow the umask, and so should this one.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(os.path.join(tmp, "model.safetensors"), 0o666 & ~umask)
     with open(os.path.join(tmp, "config.json"), "w") as f:
       json.dump(marian_config(cfg), f, indent=2)
     with open(os.path.join(tmp, "generation_config.json"), "w") as f:

@@ -143,6 +143,7 @@ def vocab_file(cfg: ExperimentConfig) -> str:
     path = os.path.join(path, WORKDIR_VOCAB)
   if not os.path.isfile(path):
     raise DataError(f"data.vocab_from: no SentencePiece model at {path}")
+  Vocabulary(path)  # parses, with the reserved ids: else a one-line error naming the file
   return path
 
 
@@ -423,16 +424,50 @@ WORKDIR_VOCAB = "spm.model"
 def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
   """Copies the cache's vocabulary into a workdir on its first run (with its sha256 in
   `spm.model.sha256`); on later runs checks that the cache still has that vocabulary.
-  `replace`: the workdir has no checkpoint yet, so its recorded vocabulary binds nothing."""
+  `replace`: the workdir has no checkpoint yet, so its recorded vocabulary binds nothing.
+
+  A resumed workdir whose copy is gone or damaged gets the cache's again when the cache's
+  is the one recorded (its sha256; or, with that record gone too, the one the same data
+  settings built, said in a warning); a lost record of the sha256 is written again."""
   ours = os.path.join(workdir, WORKDIR_VOCAB)
-  if os.path.exists(ours) and not replace:
-    check_vocab([workdir], cache_dir)
-    return
+  cached = os.path.join(cache_dir, "spm.model")
+  if not replace:
+    expected = recorded_vocab_sha256(workdir)
+    present = os.path.exists(ours)
+    if present and expected in (None, file_sha256(ours)):
+      check_vocab([workdir], cache_dir)  # the cache still holds the run's vocabulary
+      if expected:
+        return  # else the lost sha256 is written again below (the cache's file is ours)
+    else:
+      what = "damaged" if present else "missing"
+      if expected and file_sha256(cached) != expected:
+        raise DataError(f"{ours} is {what} and the data cache {cache_dir} holds another "
+                        f"vocabulary than the run recorded; restore {WORKDIR_VOCAB} from a "
+                        f"copy of the workdir")
+      print(f"warning: {ours} was {what}; copied again from the data cache {cache_dir}, "
+            + ("whose vocabulary has the recorded sha256" if expected else
+               "which this run's data settings built (no sha256 was recorded to check)"),
+            file=sys.stderr, flush=True)
   tmp = data_sources.temporary_name(ours)
-  shutil.copyfile(os.path.join(cache_dir, "spm.model"), tmp)
+  shutil.copyfile(cached, tmp)
   with open(ours + ".sha256", "w") as f:
     f.write(file_sha256(tmp) + "\n")
   os.replace(tmp, ours)
+
+
+def recorded_vocab_sha256(workdir: str) -> str | None:
+  """The sha256 WORKDIR/spm.model.sha256 records, or None when it is absent or damaged (a
+  warning says which)."""
+  recorded = os.path.join(workdir, WORKDIR_VOCAB + ".sha256")
+  if not os.path.exists(recorded):
+    return None
+  with open(recorded, "rb") as f:
+    text = f.read().decode("ascii", errors="replace").strip()
+  if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+    print(f"warning: {recorded} is damaged (not a sha256); {WORKDIR_VOCAB} is used "
+          f"unchecked", file=sys.stderr, flush=True)
+    return None
+  return text
 
 
 def workdir_vocab(workdirs: list[str]) -> str | None:
@@ -442,14 +477,11 @@ def workdir_vocab(workdirs: list[str]) -> str | None:
   for workdir in workdirs:
     path = os.path.join(workdir, WORKDIR_VOCAB)
     if os.path.exists(path):
-      recorded = path + ".sha256"
-      if os.path.exists(recorded):
-        with open(recorded) as f:
-          expected = f.read().strip()
-        if expected and file_sha256(path) != expected:
-          raise DataError(f"{path} is damaged: its sha256 is not the one recorded in "
-                          f"{recorded} when the run trained; restore it from a copy of "
-                          f"the workdir")
+      expected = recorded_vocab_sha256(workdir)
+      if expected and file_sha256(path) != expected:
+        raise DataError(f"{path} is damaged: its sha256 is not the one recorded in "
+                        f"{path}.sha256 when the run trained; restore it from a copy of "
+                        f"the workdir")
       return path
   return None
 
@@ -459,6 +491,7 @@ def check_vocab(workdirs: list[str], cache_dir: str) -> None:
   with: their token ids would mean other pieces."""
   cached = file_sha256(os.path.join(cache_dir, "spm.model"))
   for workdir in workdirs:
+    workdir_vocab([workdir])  # a damaged copy is named as such, not as another vocabulary
     path = os.path.join(workdir, WORKDIR_VOCAB)
     ours = file_sha256(path) if os.path.exists(path) else cached
     if ours != cached:

@@ -19,7 +19,7 @@ import time
 from absl import app, flags, logging
 
 from t2t_jax import hostmem
-from t2t_jax.errors import UserError
+from t2t_jax.errors import UserError, check_input_dir, check_input_file, check_output_file
 from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits,
                             is_split_name, override, parse_set_flags, resolve_init_from,
                             validate)
@@ -32,7 +32,8 @@ flags.DEFINE_string("experiment", None, "A named experiment (listed above), e.g.
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
 flags.DEFINE_string("mode", "train", f"One of: {', '.join(MODES)}.")
 flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment's "
-                    "(tfds:NAME[:SRC-TGT], folder:PATH or demo).")
+                    "(tfds:NAME[:SRC-TGT], hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT] "
+                    "or demo).")
 flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_model=256 "
                           "(repeatable).")
 flags.DEFINE_string("input", None, "translate, score: read lines from this file (default "
@@ -40,8 +41,8 @@ flags.DEFINE_string("input", None, "translate, score: read lines from this file 
 flags.DEFINE_integer("nbest", 0, "translate: print this many hypotheses per line, as "
                      "INDEX<TAB>SCORE<TAB>TRANSLATION lines (0: the best translation only).",
                      lower_bound=0)
-flags.DEFINE_string("output", None, "translate: write translations here (default stdout); "
-                    "export: the folder to write (required).")
+flags.DEFINE_string("output", None, "translate, score: write here (default stdout); "
+                    "attention: the PNG to write; export: the folder to write (required).")
 flags.DEFINE_enum("format", "huggingface", ["huggingface"], "export: the format to write "
                   "(huggingface: a MarianMT folder for transformers and CTranslate2).")
 flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
@@ -110,6 +111,27 @@ def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
   return splits
 
 
+def check_paths(cfg: ExperimentConfig) -> None:
+  """The paths and numbers the mode will use, checked before any model is loaded: a wrong
+  one is a one-line error, not a traceback after seconds of work."""
+  mode = FLAGS.mode
+  if os.path.exists(FLAGS.workdir) and not os.path.isdir(FLAGS.workdir):
+    raise UsageError(f"--workdir={FLAGS.workdir} is a file, not a directory")
+  if FLAGS.input and mode in ("translate", "score"):
+    check_input_file(FLAGS.input, "--input")
+  if FLAGS.output and mode in ("translate", "score", "attention"):
+    check_output_file(FLAGS.output, "--output")
+  if FLAGS.output and mode == "export" and os.path.exists(FLAGS.output) and not os.path.isdir(
+      FLAGS.output):
+    raise UsageError(f"--output={FLAGS.output} is a file; export writes a folder")
+  for other in FLAGS.ensemble:
+    check_input_dir(other, "--ensemble")
+  if mode == "attention":
+    layers = min(cfg.model.num_encoder_layers, cfg.model.num_layers)
+    if not 0 <= FLAGS.layer < layers:
+      raise UsageError(f"--layer={FLAGS.layer}: the model has layers 0..{layers - 1}")
+
+
 def run_params(cfg: ExperimentConfig) -> None:
   """Prints `params: N` and a per-module breakdown from shapes alone (no data, no TF)."""
   from t2t_jax import model
@@ -162,14 +184,22 @@ def main(argv: list[str]) -> None:
                      "train multi-host members one by one and decode them with --ensemble")
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
+  check_paths(cfg)
   if "://" in FLAGS.workdir:  # os.path would make gs://b/run a local folder named gs:
     raise UsageError(f"--workdir={FLAGS.workdir}: object-store paths are not supported; "
                      f"mount the bucket (gcsfuse, s3fs) or a shared filesystem and give its "
                      f"local path (launch/tpu_vm.sh says what is safe)")
   workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
   start_distributed()
-  from t2t_jax import bookkeeping, input_pipeline
+  from t2t_jax import bookkeeping, checkpoints, input_pipeline
+  damaged = checkpoints.damaged_run_info(workdir)
+  if damaged and FLAGS.mode != "train":  # training moves it aside and records anew
+    print(f"warning: {os.path.join(workdir, checkpoints.RUN_INFO)} is damaged ({damaged}); "
+          f"this command's settings stand in for it", file=sys.stderr, flush=True)
   cfg = bookkeeping.with_recorded_vocabulary(cfg, workdir)
+  gives_data = bool(FLAGS.dataset) or any(s.strip().startswith("data.") for s in FLAGS.set)
+  if FLAGS.mode != "train" and not gives_data:
+    cfg = bookkeeping.with_recorded_data(cfg, workdir)
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read
     cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
   if FLAGS.splits and FLAGS.mode != "eval":
@@ -179,7 +209,7 @@ def main(argv: list[str]) -> None:
     if not os.path.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
-    bookkeeping.check_run_info(cfg, workdir, training=False)
+    bookkeeping.check_run_info(cfg, workdir, training=False, reads_data=FLAGS.mode == "eval")
   if FLAGS.mode == "train" and cfg.ensemble.members > 1:
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":
@@ -327,13 +357,20 @@ def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) ->
     return False
   if min(os.path.getmtime(p) for p in stored) < max(os.path.getmtime(p) for p in averaged):
     return False
-  print("training already finished; final evaluation (from WORKDIR/eval):")
+  lines = []
   for path in stored:
-    with open(path) as f:
-      r = json.load(f)
-    print(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
-          f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} sentences, "
-          f"{r['checkpoint']}]")
+    try:
+      with open(path) as f:
+        r = json.load(f)
+      lines.append(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
+                   f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} "
+                   f"sentences, {r['checkpoint']}]")
+    except (OSError, ValueError, KeyError, TypeError) as e:  # damaged: decode again
+      print(f"warning: {path} is damaged ({type(e).__name__}); evaluating again",
+            file=sys.stderr, flush=True)
+      return False
+  print("training already finished; final evaluation (from WORKDIR/eval):")
+  print("\n".join(lines))
   return True
 
 

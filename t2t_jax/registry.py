@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Callable
 
 from t2t_jax.config import ExperimentConfig, SweepRow
+from t2t_jax.errors import check_input_file
 
 GROUP = "t2t_jax.experiments"
 BUILTIN = ("paper", "table3", "cpu_recipes", "demo")  # modules of t2t_jax.configs
@@ -65,8 +66,7 @@ def get(name: str) -> ExperimentConfig:
 def _from_file(spec: str) -> ExperimentConfig:
   """`PATH.py:FUNCTION`: the config that FUNCTION in that file returns, named for it."""
   path, _, function = spec.rpartition(":")
-  if not os.path.isfile(path):
-    raise KeyError(f"--experiment={spec}: no such file: {path}")
+  check_input_file(path, f"--experiment={spec}")
   module_name = "t2t_jax_user_config_" + os.path.splitext(os.path.basename(path))[0]
   module_spec = importlib.util.spec_from_file_location(module_name, path)
   module = importlib.util.module_from_spec(module_spec)

@@ -282,8 +282,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     bookkeeping.check_init_from(cfg)
   bookkeeping.check_workdir(cfg, workdir)
   fresh = not bookkeeping.has_checkpoints(workdir)  # nothing trained here yet: nothing to be refused
+  recorded = True
   if jax.process_index() == 0:
-    bookkeeping.write_run_info(cfg, workdir)
+    recorded = bookkeeping.write_run_info(cfg, workdir)
   elif not fresh:
     bookkeeping.check_run_info(cfg, workdir)
   devices = jax.local_devices()
@@ -312,6 +313,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   if restored is not None:
     state, start_step = restored
     print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
+  if not recorded:  # the record was missing: the checkpoints restored, so they are this model
+    bookkeeping.write_run_info(cfg, workdir, restored=True)
   elif t.init_from:
     bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
     state = initial_state(cfg, optimizer)

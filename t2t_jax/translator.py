@@ -39,24 +39,31 @@ def load_ensemble(cfg: ExperimentConfig, dirs: Sequence[str]
                   ) -> tuple[list[Any], list[ModelConfig], str]:
   """Parameters and model configs of the runs in `dirs`, for one ensemble.
 
-  Members may differ in shape (each keeps the model it was trained with) but must share
-  the data settings, and hence the vocabulary, that `cfg` asks for. Every member is
-  checked before any parameters load.
+  Members may differ in shape (each keeps the model it was trained with) and in the data
+  they were trained on (a run and its fine-tuned copy), but must share one vocabulary: the
+  same `spm.model` (by its sha256) and `model.vocab_size`. Every member is checked before
+  any parameters load.
   """
-  members = []
+  members, first_vocab = [], None
   for member in dirs:
     found = checkpoints.recorded_settings(member)
     if found is None:
       raise UserError(f"ensemble member {member} holds no trained run "
                       f"(no {checkpoints.RUN_INFO})")
-    data, model_cfg = found[1]["data"], ModelConfig(**found[1]["model"])
-    differ = [f"data.{k}" for k, v in dataclasses.asdict(cfg.data).items() if data.get(k) != v]
+    model_cfg = ModelConfig(**found[1]["model"])
+    vocab = input_pipeline.workdir_vocab([member])
+    if vocab is None:
+      raise UserError(f"ensemble member {member} has no {input_pipeline.WORKDIR_VOCAB}")
+    vocab_sha = input_pipeline.file_sha256(vocab)
+    first_vocab = first_vocab or (member, vocab_sha)
+    differ = []
+    if vocab_sha != first_vocab[1]:
+      differ.append(f"its {input_pipeline.WORKDIR_VOCAB} is not {first_vocab[0]}'s")
     if model_cfg.vocab_size != cfg.model.vocab_size:
-      differ.append("model.vocab_size")
+      differ.append(f"model.vocab_size {model_cfg.vocab_size}, not {cfg.model.vocab_size}")
     if differ:
-      raise UserError(f"ensemble member {member} was trained with other data or vocabulary "
-                      f"settings ({', '.join(differ)}) than asked for; ensemble members must "
-                      f"share one vocabulary")
+      raise UserError(f"ensemble member {member} was trained with another vocabulary "
+                      f"({'; '.join(differ)}); ensemble members must share one vocabulary")
     members.append((member, dataclasses.replace(cfg, model=model_cfg)))
   params, labels = [], []
   for member, member_cfg in members:
@@ -103,7 +110,11 @@ class Translator:
     max_extra_length, min_length, mbr, mbr_temperature."""
     cfg = checkpoints.recorded_config(workdir)
     if cfg is None:
-      raise UserError(f"{workdir} holds no trained run (no {checkpoints.RUN_INFO})")
+      damaged = checkpoints.damaged_run_info(workdir)
+      raise UserError(f"{workdir} holds no trained run (no {checkpoints.RUN_INFO})" if not damaged
+                      else f"{os.path.join(workdir, checkpoints.RUN_INFO)} is damaged "
+                           f"({damaged}); restore it from a copy, or use the command line "
+                           f"with the run's --experiment and --set flags")
     return cls.from_config(cfg, workdir, ensemble, **decode_settings)
 
   @classmethod
@@ -126,16 +137,22 @@ class Translator:
     return self._decoder.translate(list(sentences))
 
   def translate_nbest(self, sentences: Sequence[str] | str) -> list[list[tuple[str, float]]]:
-    """Per sentence, the beam's finished hypotheses with the scores the search ranked them by
-    (log p / length penalty), best first; beam_size of them (slots left empty score -inf).
-    A single string is one sentence."""
+    """Per sentence, the beam's distinct translations with the scores the search ranked them
+    by (log p / length penalty), best first; at most beam_size of them (slots left empty
+    score -inf; a text two hypotheses share is listed once, with its better score). A single
+    string is one sentence."""
     if isinstance(sentences, str):
       sentences = [sentences]
     nonempty = [j for j, s in enumerate(sentences) if s.strip()]
     out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
     nbest = self._decoder.nbest_ids(self._decoder.encode([sentences[j] for j in nonempty]))
     for j, hyps in zip(nonempty, nbest):
-      out[j] = [(self._decoder.vocab.decode(ids), score) for ids, score in hyps]
+      # Two segmentations of one text (say "ab" and "a"+"b") are two hypotheses of the
+      # search but one translation: each text is listed once, with its better score.
+      kept: dict[str, float] = {}
+      for ids, score in hyps:  # best first, so the first score of a text is its better one
+        kept.setdefault(self._decoder.vocab.decode(ids), score)
+      out[j] = list(kept.items())
     return out
 
   def score(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -14,10 +15,15 @@ class Vocabulary:
   def __init__(self, path: str):
     import sentencepiece as spm
     self.path = path
-    self._sp = spm.SentencePieceProcessor(model_file=path)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_file=path)
+    except (OSError, RuntimeError) as e:  # a truncated or foreign file
+      raise UserError(f"{path} is not a SentencePiece model "
+                      f"({(str(e).strip().splitlines() or ['unreadable'])[-1][:200]})") from None
     if (self._sp.pad_id(), self._sp.eos_id(), self._sp.bos_id(), self._sp.unk_id()) != \
         (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
-      raise ValueError(f"{path}: SentencePiece model does not use the reserved ids")
+      raise UserError(f"{path}: SentencePiece model does not use the reserved ids (PAD 0, "
+                      f"EOS 1, BOS 2, UNK 3)")
 
   @property
   def size(self) -> int:

@@ -2,6 +2,7 @@
 and one prepared-data cache per test session, shared with subprocesses."""
 
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -34,15 +35,25 @@ CLUSTER_ENV = "T2T_JAX_CLUSTER_TESTS"
 
 
 def pytest_collection_modifyitems(config, items):
-  if os.environ.get(CLUSTER_ENV) == "1":
-    return
+  """Skips, with the reason, the cluster tests unless asked for, and the tests whose extra is
+  not installed (before their fixtures run: a skipped export test trains nothing)."""
   skip = pytest.mark.skip(reason=f"a multi-process or cluster test: {CLUSTER_ENV}=1 python -m "
                                  f"pytest -q tests/test_multihost.py tests/test_launchers.py "
                                  f"runs them (CI does)")
   for item in items:
-    if item.get_closest_marker("cluster"):
+    if item.get_closest_marker("cluster") and os.environ.get(CLUSTER_ENV) != "1":
       item.add_marker(skip)
+    marker = item.get_closest_marker("extra")
+    if marker:
+      extra, *modules = marker.args
+      missing = [m for m in modules if importlib.util.find_spec(m) is None]
+      if missing:
+        item.add_marker(pytest.mark.skip(
+            reason=f"needs {', '.join(missing)}: the [{extra}] extra (pip install -e "
+                   f"\".[{extra}]\"; CI runs these with python -m pytest -m extra tests)"))
 
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
+  config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "
+                          "whose modules are listed; skipped, naming it, where they are missing")

@@ -1,7 +1,6 @@
 """Export to Hugging Face MarianMT and CTranslate2 against the exported model itself: the
 same token ids, float32 logits within 1e-4, identical greedy translations."""
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -21,12 +20,6 @@ from helpers import FAST_DATA, REPO, main_command, set_flags, tiny_cfg
 SETS = {**FAST_DATA, "model.num_layers": 1, "model.dropout": 0.0, "train.steps": 200,
         "train.final_eval": False, "train.checkpoint_every_steps": 1000,
         "train.log_every_steps": 100}
-
-
-def _needs(*modules):
-  missing = [m for m in modules if importlib.util.find_spec(m) is None]
-  if missing:
-    pytest.skip(f"needs {', '.join(missing)}: pip install -e \".[hf]\"")
 
 
 def test_the_axis_order_puts_our_sinusoid_in_marians_layout():
@@ -73,8 +66,8 @@ def _ours_greedy(workdir, sentences):
   return Translator.from_workdir(str(workdir), beam_size=1, alpha=0.0).translate(sentences)
 
 
+@pytest.mark.extra("hf", "torch", "transformers")
 def test_transformers_loads_the_export_and_computes_our_logits_and_translations(exported):
-  _needs("torch", "transformers")
   import torch
   from transformers import MarianMTModel, MarianTokenizer
   from t2t_jax import checkpoints
@@ -123,9 +116,9 @@ def test_transformers_loads_the_export_and_computes_our_logits_and_translations(
   assert ended > 0.9 * len(sentences)  # the model ends its sentences
 
 
+@pytest.mark.extra("hf", "ctranslate2", "transformers", "torch")
 def test_ctranslate2_converts_the_export_and_translates_in_float32_and_int8(exported,
                                                                             tmp_path):
-  _needs("ctranslate2", "transformers", "torch")
   import ctranslate2
   import sacrebleu
   import sentencepiece as spm

@@ -384,11 +384,12 @@ def test_a_missing_optional_dependency_is_one_line_naming_its_extra(monkeypatch)
     next(data_sources.iter_hf_pairs("wmt/wmt14/de-en", "train", "en", "de"))
 
 
+@pytest.mark.extra("tfds", "tensorflow_datasets")
 def test_the_tfds_source_reads_the_named_builder_split_and_direction(tmp_path):
   """Offline, through tfds's own mock of the builder: the `wmt14_translate/de-en` builder's
   (de, en) features are read in the spec's en-de direction, split by split, into a run that
   trains a step."""
-  tfds = pytest.importorskip("tensorflow_datasets", reason="needs the [tfds] extra")
+  import tensorflow_datasets as tfds
   import tensorflow as tf
   from t2t_jax import train
   seen = []
@@ -409,12 +410,13 @@ def test_the_tfds_source_reads_the_named_builder_split_and_direction(tmp_path):
   assert {s for _, _, s in seen} == {"train", "validation", "test"}
 
 
+@pytest.mark.extra("tfds", "tensorflow_datasets")
 def test_tfds_downloads_into_the_named_data_folder_and_its_cache_is_keyed_by_split(
     tmp_path, monkeypatch):
   """Issue 45 (16): tfds wrote to ~/tensorflow_datasets whatever T2T_JAX_DATA_DIR said (a
   cluster's scratch disk, a shared folder), and a cache prepared with other splits was
   taken for this one: another test split read the first one's text."""
-  tfds = pytest.importorskip("tensorflow_datasets", reason="needs the [tfds] extra")
+  import tensorflow_datasets as tfds
   import tensorflow as tf
   data_dirs, real_builder = [], tfds.builder
 
@@ -451,11 +453,12 @@ def test_a_tfds_error_keeps_the_lines_that_say_what_to_download_by_hand():
       "Dataset foo not found."
 
 
+@pytest.mark.extra("hf", "datasets")
 def test_the_hf_source_reads_a_saved_dataset_into_a_training_run(tmp_path):
   """`hf:PATH:en-de` on a DatasetDict saved with save_to_disk (translation dicts, the Hub's
   layout): each split in the asked direction, through a training step; the cache is keyed by
   the saved files' content."""
-  datasets = pytest.importorskip("datasets", reason="needs the [hf] extra")
+  import datasets
   from t2t_jax import train
   saved = tmp_path / "saved"
   datasets.DatasetDict({split: datasets.Dataset.from_list(

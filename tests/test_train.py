@@ -325,12 +325,15 @@ def test_time_budget_ends_training_like_the_last_step(tmp_path):
   """`train.max_train_minutes` stops at the budget with a checkpoint, then evaluates;
   a rerun of the finished workdir trains no further."""
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-  budget_s, cooldown_s = 12, 6
+  # A log line every step: the first (compilation included) must come before the cooldown
+  # starts, which leaves a slow machine 14 s for it.
+  budget_s, cooldown_s = 20, 6
   cmd = _train_cmd(tmp_path, 100_000, {"train.max_train_minutes": budget_s / 60,
-                                       "train.cooldown_minutes": cooldown_s / 60})
+                                       "train.cooldown_minutes": cooldown_s / 60,
+                                       "train.log_every_steps": 1})
   r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
-  assert "time budget of 0.2 min reached at step" in r.stdout, r.stdout[-2000:]
+  assert f"time budget of {budget_s / 60:g} min reached at step" in r.stdout, r.stdout[-2000:]
   with open(tmp_path / "metrics.jsonl") as f:
     rows = [json.loads(l) for l in f]
   last = rows[-1]
@@ -450,8 +453,10 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
   a SIGTERM on to both (each checkpoints; the same command resumes them), stops them if it is
   killed, and decodes the dev and test splits with both models."""
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
-  cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "train.max_train_minutes": 0.3,
-                                       "model.dropout": 0.1})
+  # Signals alone end the first two runs (no time budget that a slow machine could spend
+  # before they come); the third finishes at once: both members are past step 1.
+  cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "model.dropout": 0.1})
+  finish = _train_cmd(tmp_path, 1, {"ensemble.members": 2, "model.dropout": 0.1})
   out = _start_ensemble_and_signal(cmd, env, signal.SIGTERM)
   assert "stopped on SIGTERM; resume with:" in out, out[-3000:]
   for i in range(2):
@@ -475,7 +480,7 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
                    if p.name.isdigit())
     assert steps[-1] > before[i][-1], (before, steps)
 
-  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  r = subprocess.run(finish, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
   assert r.stdout.count("resuming from checkpoint") == 2, r.stdout[-3000:]
   cfg = json.loads((tmp_path / "experiment.json").read_text())["config"]
@@ -486,10 +491,10 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
     for i in range(2):  # each member's own figures, from its own final evaluation
       assert (tmp_path / f"member{i}" / "eval" / f"{split}.json").exists()
   # A finished ensemble run started again trains nothing and prints the stored figures.
-  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  r = subprocess.run(finish, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0 and "training already finished" in r.stdout, r.stdout[-3000:]
   # `--mode=average` of an ensemble workdir averages every member's checkpoints.
-  average_cmd = [a if a != "--mode=train" else "--mode=average" for a in cmd]
+  average_cmd = [a if a != "--mode=train" else "--mode=average" for a in finish]
   r = subprocess.run(average_cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   for i in range(2):
