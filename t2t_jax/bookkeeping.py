@@ -13,6 +13,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -39,6 +40,13 @@ class MetricsLog:
       # Entries past the resumed step will be logged again; they move to
       # metrics.superseded.jsonl, so that no restart erases any history.
       rows = jsonl.read(self.path)
+      with open(self.path, "rb") as f:
+        whole = sum(1 for line in f if line.strip())
+      if whole > len(rows):  # torn lines: the file is rewritten below without them
+        aside = checkpoints.unused_name(self.path + ".damaged")
+        shutil.copyfile(self.path, aside)
+        print(f"warning: {self.path} has {whole - len(rows)} line(s) that are not whole JSON "
+              f"objects; the file as it was is kept in {aside}", file=sys.stderr, flush=True)
       kept = [r for r in rows if r.get("step", 0) <= resume_step]
       dropped = [r for r in rows if r.get("step", 0) > resume_step]
       if kept:

@@ -8,7 +8,6 @@ newest complete one. Training never resumes from the averaged directory.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -336,15 +335,16 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   return out, steps
 
 
-def checkpoint_identity(directory: str, step: int) -> str:
+def checkpoint_identity(directory: str, step: int) -> str | None:
   """Which checkpoint this is, not just its step (a retrained workdir writes new checkpoints
-  under the same step numbers): the sha256 of orbax's metadata file, which holds the
-  nanosecond the checkpoint was written. A copy of the workdir keeps it."""
-  path = os.path.join(directory, str(step), "_CHECKPOINT_METADATA")
-  if not os.path.exists(path):
-    return "none"
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()[:16]
+  under the same step numbers): the nanosecond orbax began writing it, from its metadata
+  file, which a copy of the workdir keeps. None when that file is missing or damaged: a
+  damaged checkpoint is not a rewritten one."""
+  try:
+    with open(os.path.join(directory, str(step), "_CHECKPOINT_METADATA")) as f:
+      return str(json.load(f)["init_timestamp_nsecs"])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
 
 
 def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[int]
@@ -359,7 +359,8 @@ def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[in
     if isinstance(ident, list):  # recorded before 2026-11-27: [inode, mtime]; a copy keeps
       same = os.stat(os.path.join(directory, str(step))).st_mtime_ns == ident[1]  # the mtime
     else:
-      same = checkpoint_identity(directory, int(step)) == ident
+      now = checkpoint_identity(directory, int(step))
+      same = ident is None or now is None or now == ident
     if not same:
       return f"checkpoint {step} was rewritten since (a new training run)"
   return None

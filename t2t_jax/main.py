@@ -126,6 +126,9 @@ def check_paths(cfg: ExperimentConfig) -> None:
     raise UsageError(f"--output={FLAGS.output} is a file; export writes a folder")
   for other in FLAGS.ensemble:
     check_input_dir(other, "--ensemble")
+  if cfg.data.vocab_from and not cfg.train.init_from and mode == "train":  # before data prep
+    from t2t_jax import input_pipeline
+    input_pipeline.vocab_file(cfg)
   if mode == "attention":
     layers = min(cfg.model.num_encoder_layers, cfg.model.num_layers)
     if not 0 <= FLAGS.layer < layers:

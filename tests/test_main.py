@@ -68,6 +68,39 @@ BAD_INPUT = [
      "multi-process runs are for training"),
     (["--experiment=demo", "--mode=average", "--workdir=/nonexistent/w", "--ensemble=/x"],
      "--ensemble is for --mode=eval, translate or score, not --mode=average"),
+    # Issue 51: path arguments and --layer checked before any model loads (a directory as
+    # --input was IsADirectoryError; --layer=7 a ValueError after loading and translating).
+    (["--experiment=demo", "--mode=translate", "--workdir=/nonexistent/w", f"--input={REPO}"],
+     f"--input: {REPO} is a directory; give a file"),
+    (["--experiment=demo", "--mode=score", "--workdir=/nonexistent/w", f"--input={REPO}"],
+     f"--input: {REPO} is a directory; give a file"),
+    (["--experiment=demo", "--mode=translate", "--workdir=/nonexistent/w", "--input=/no/file"],
+     "--input: no such file: /no/file"),
+    (["--experiment=demo", "--mode=translate", "--workdir=/nonexistent/w", f"--output={REPO}"],
+     f"--output: {REPO} is a directory; give a file name"),
+    (["--experiment=demo", "--mode=score", "--workdir=/nonexistent/w", "--output=/no/dir/out"],
+     "--output: no such folder: /no/dir"),
+    (["--experiment=demo", "--mode=attention", "--workdir=/nonexistent/w", f"--output={REPO}"],
+     f"--output: {REPO} is a directory; give a file name"),
+    (["--experiment=demo", "--mode=export", "--workdir=/nonexistent/w",
+      f"--output={REPO / 'setup.py'}"], "is a file; export writes a folder"),
+    (["--experiment=demo", "--mode=attention", "--workdir=/nonexistent/w", "--layer=7"],
+     "--layer=7: the model has layers 0..1"),
+    (["--experiment=demo", "--mode=attention", "--workdir=/nonexistent/w", "--layer=-1"],
+     "--layer=-1: the model has layers 0..1"),
+    (["--experiment=demo", "--mode=translate", "--workdir=/nonexistent/w", "--ensemble=/no/run"],
+     "--ensemble: no such directory: /no/run"),
+    (["--experiment=demo", "--mode=eval", "--workdir=/nonexistent/w",
+      f"--ensemble={REPO / 'setup.py'}"], "is a file, not a directory"),
+    (["--experiment=demo", "--mode=train", f"--workdir={REPO / 'setup.py'}"],
+     "setup.py is a file, not a directory"),
+    (["--experiment=demo", "--mode=translate", f"--workdir={REPO / 'setup.py'}"],
+     "setup.py is a file, not a directory"),
+    (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w",
+      f"--dataset=folder:{REPO / 'setup.py'}:en-de"], "dataset folder not found"),
+    ([f"--experiment={REPO / 'tests'}/no_such.py:f"], "no_such.py:f: no such file"),
+    (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--set",
+      f"data.vocab_from={REPO / 'setup.py'}"], "setup.py is not a SentencePiece model"),
 ]
 
 
@@ -93,6 +126,36 @@ def test_bad_input_is_one_line_exit_2(bad_input_results, case):
   assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
   assert message in lines[0]
   assert "Traceback" not in r.stderr
+
+
+def test_an_experiment_file_that_is_a_folder_or_unreadable_is_one_line(tmp_path):
+  folder = tmp_path / "configs.py"
+  folder.mkdir()
+  r = run(f"--experiment={folder}:base", "--mode=params")
+  assert r.returncode == 2 and f"{folder} is a directory; give a file" in r.stderr, r.stderr
+  assert "Traceback" not in r.stderr
+
+
+def test_an_unreadable_input_is_one_line(tmp_path):
+  """A file this process may not read (simulated: the tests may run as root, whom file
+  modes do not stop) is a one-line error before the model loads, for --input and for
+  --experiment FILE."""
+  unreadable = tmp_path / "lines.py"  # a line to translate, or a config file
+  unreadable.write_text("ta suda.\n")
+  code = ("import builtins, sys\nreal = builtins.open\n"
+          "def denied(path, *a, **k):\n"
+          f"  if str(path) == {str(unreadable)!r}:\n"
+          "    raise PermissionError(13, 'Permission denied', str(path))\n"
+          "  return real(path, *a, **k)\n"
+          "builtins.open = denied\n"
+          "from t2t_jax import main; sys.argv[0] = 'main'; main.run()")
+  for args in (["--mode=translate", "--experiment=demo", "--workdir=/nonexistent/w",
+                f"--input={unreadable}"], ["--mode=params", f"--experiment={unreadable}:f"]):
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"cannot read {unreadable} (Permission denied)" in r.stderr and \
+        "Traceback" not in r.stderr
 
 
 def test_override_parses_types_and_keeps_config_frozen():

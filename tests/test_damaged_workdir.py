@@ -1,0 +1,185 @@
+"""Every file of a trained workdir deleted or truncated, one at a time, before every mode that
+reads a workdir: each case works, or is one `error:` line with exit code 2, and never loses a
+checkpoint or a line of history (issue 51's sweep: before it, 22 of these 84 cases ended in a
+traceback, or dropped a torn line of metrics.jsonl).
+
+The command runs in this process (`main`'s own flag parsing and error handling), so that the
+84 cases cost a fraction of 84 interpreter starts.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from t2t_jax import checkpoints, main
+
+from helpers import FAST_DATA, TINY_MODEL, set_flags
+
+SETS = {**TINY_MODEL, **FAST_DATA, "model.dropout": 0.0, "train.steps": 20,
+        "train.checkpoint_every_steps": 10, "train.log_every_steps": 10,
+        "train.eval_every_steps": 1000, "train.tokens_per_step": 512,
+        "train.max_tokens_per_batch": 512, "train.final_eval_test": False,
+        "average.last": 2, "decode.beam_size": 1, "decode.max_extra_length": 4}
+FILES = ("experiment.json", "spm.model", "spm.model.sha256", "metrics.jsonl", "checkpoints",
+         "averaged", "eval")
+MODES = ("train", "eval", "translate", "score", "export", "average")
+# The cases that cannot work, each with the part of its one-line error that says why. Every
+# other case works (exit 0).
+ERRORS = {
+    **{("spm.model", "deleted", m): "has no spm.model" for m in ("translate", "score", "export")},
+    **{("spm.model", "truncated", m): "spm.model is damaged"
+       for m in ("eval", "translate", "score", "export")},
+    ("checkpoints", "deleted", "average"): "no checkpoints in",
+    ("checkpoints", "truncated", "average"): "cannot average: checkpoint",
+    **{("averaged", "truncated", m): "run --mode=average to write it again"
+       for m in ("eval", "translate", "score", "export")},
+}
+
+
+def run_main(argv, capsys):
+  """(exit code, stdout, stderr) of `python -m t2t_jax.main ARGV`, run in this process."""
+  main.FLAGS.unparse_flags()
+  try:
+    main._main_guarded(main._parse_flags(["t2t_jax.main"] + argv))
+    code = 0
+  except SystemExit as e:
+    code = e.code
+  finally:
+    main.FLAGS.unparse_flags()
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+def _args(workdir, mode, tmp):
+  args = ["--experiment=demo", f"--workdir={workdir}", f"--mode={mode}"] + set_flags(SETS)
+  if mode in ("translate", "score"):
+    src = tmp / "input.txt"
+    src.write_text("ta suda.\tla\n" if mode == "score" else "ta suda.\n")
+    args += [f"--input={src}", f"--output={tmp / 'output.txt'}"]
+  if mode == "export":
+    args.append(f"--output={tmp / 'hf'}")
+  return args
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A finished tiny run: checkpoints 10 and 20, their average, the dev split's BLEU."""
+  workdir = tmp_path_factory.mktemp("damaged") / "trained"
+  out, err = io.StringIO(), io.StringIO()  # a module fixture has no capsys
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    main.FLAGS.unparse_flags()
+    try:
+      main._main_guarded(main._parse_flags(["t2t_jax.main"] + _args(workdir, "train", None)))
+    except SystemExit as e:
+      raise AssertionError(err.getvalue()[-3000:]) from e
+    finally:
+      main.FLAGS.unparse_flags()
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["10", "20"]
+  assert (workdir / "averaged" / "averaged.json").exists() and (workdir / "eval").is_dir()
+  return workdir
+
+
+def _damage(workdir: Path, name: str, how: str) -> None:
+  path = workdir / name
+  if how == "deleted":
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return
+  # Truncated to half: a file, or every file of a folder (of checkpoints/, the newest).
+  if name == "checkpoints":
+    path = path / max((p.name for p in path.iterdir()), key=int)
+  for f in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]:
+    os.truncate(f, f.stat().st_size // 2)
+
+
+def _history(workdir: Path) -> tuple[set, list]:
+  """(checkpoint steps, wherever they are kept; metrics lines, wherever they are kept)."""
+  steps = {p.name for p in (workdir / "checkpoints").iterdir()} \
+      if (workdir / "checkpoints").is_dir() else set()
+  steps |= {p.name.split("_")[2].split(".")[0] for p in workdir.glob("corrupt_checkpoint_*")}
+  lines = []
+  for path in workdir.glob("metrics*"):  # live, superseded, or kept aside as damaged
+    lines += [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+  return steps, lines
+
+
+def _snapshot(workdir: Path) -> dict:
+  return {str(p.relative_to(workdir)): (p.stat().st_size, p.stat().st_mtime_ns)
+          for p in workdir.rglob("*")}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", ("deleted", "truncated"))
+@pytest.mark.parametrize("name", FILES)
+def test_a_damaged_workdir_file_works_or_is_one_line(trained, tmp_path, capsys, name, how, mode):
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir)
+  _damage(workdir, name, how)
+  steps_before, lines_before = _history(workdir)
+  record_before = (workdir / "experiment.json").read_bytes() \
+      if (workdir / "experiment.json").exists() else None
+  before = _snapshot(workdir)
+
+  code, out, err = run_main(_args(workdir, mode, tmp_path), capsys)
+
+  assert "Traceback" not in err, err[-3000:]
+  expected = ERRORS.get((name, how, mode))
+  if expected:
+    errors = [l for l in err.splitlines() if l.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and expected in errors[0], (code, err[-3000:])
+    assert _snapshot(workdir) == before  # refused before any work: nothing moved
+  else:
+    assert code == 0, err[-3000:]
+  # Nothing lost: every checkpoint (or its set-aside copy), every line of history, and a
+  # damaged record itself, moved aside rather than overwritten.
+  steps_after, lines_after = _history(workdir)
+  assert steps_before <= steps_after
+  assert all(l in lines_after for l in lines_before)
+  if record_before is not None and mode == "train":
+    kept = [p.read_bytes() for p in workdir.glob("experiment.json*")]
+    assert record_before in kept
+
+
+def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
+    trained, tmp_path, capsys):
+  """Issue 51: a workdir with checkpoints and no experiment.json (deleted, or copied
+  without it) ended training in FileNotFoundError. Its checkpoints restore into the
+  command's model, so it resumes and the record is written again, saying so; a command of
+  another model is the one-line 'another model' error, with nothing moved."""
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir)
+  (workdir / "experiment.json").unlink()
+  before = _snapshot(workdir)
+  args = _args(workdir, "train", tmp_path) + ["--set", "model.d_ff=128"]
+  code, _, err = run_main(args, capsys)
+  assert code == 2 and "Traceback" not in err
+  assert "another" in [l for l in err.splitlines() if l.startswith("error: ")][0]
+  assert _snapshot(workdir) == before
+
+  code, out, err = run_main(_args(workdir, "train", tmp_path), capsys)
+  assert code == 0, err[-3000:]
+  assert "resuming from checkpoint 20" in out and "recorded there again" in err
+  recorded = json.loads((workdir / "experiment.json").read_text())
+  assert recorded["experiment"] == "demo" and recorded["config"]["model"]["d_ff"] == 64
+
+
+def test_a_copied_workdir_still_decodes_with_its_average(trained, tmp_path, capsys):
+  """The average's record named its checkpoints by inode, which a copy changes: a workdir
+  copied elsewhere decoded with its newest checkpoint instead, under two warnings."""
+  workdir = tmp_path / "copy"
+  shutil.copytree(trained, workdir)
+  code, _, err = run_main(_args(workdir, "translate", tmp_path), capsys)
+  assert code == 0, err[-3000:]
+  assert "with average of checkpoints 10..20" in err and "warning" not in err
+  _, label = checkpoints.load_params_for_inference(str(workdir), _cfg())
+  assert label.startswith("average")
+
+
+def _cfg():
+  from t2t_jax import registry
+  from t2t_jax.config import override
+  return override(registry.get("demo"), SETS)
