@@ -207,6 +207,10 @@ def test_help_lists_every_experiment_with_its_description_and_exits_0():
   for name, text in registry.descriptions().items():
     assert f"{name}  " in r.stdout and text in r.stdout
   assert "--workdir" in r.stdout and "--mode" in r.stdout
+  # Every data source the README names (the hf: source was missing from --dataset's text).
+  dataset_help = r.stdout[r.stdout.index("--dataset:"):r.stdout.index("--[no]distributed")]
+  for source in ("tfds:", "hf:", "folder:", "demo"):
+    assert source in dataset_help, dataset_help
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the ignored raise

@@ -772,6 +772,18 @@ def test_fine_tuning_starts_where_the_old_run_ended_and_learns_the_new_data(tmp_
   r = subprocess.run(main_command(tuned, sets={**tune, "train.steps": 61}) +
                      [f"--dataset={shifted}"], capture_output=True, text=True, cwd=REPO)
   assert r.returncode == 0 and "resuming from checkpoint 60" in r.stdout, r.stderr[-2000:]
+  # Issue 51: nor its --dataset, which translate and export refused ("trained with
+  # different data settings"); and the run ensembles with the one it was tuned from, whose
+  # spm.model it holds ("members must share one vocabulary" before).
+  r = subprocess.run(main_command(tuned, "translate", sets=tune) + [f"--ensemble={old}"],
+                     input="ta suda.\n", capture_output=True, text=True, cwd=REPO)
+  assert r.returncode == 0 and len(r.stdout.splitlines()) == 1, r.stderr[-2000:]
+  assert "ensemble of" in r.stderr
+  r = subprocess.run(main_command(tuned, "export", sets=tune) + [f"--output={tmp_path / 'hf'}"],
+                     capture_output=True, text=True, cwd=REPO)
+  assert r.returncode == 0 and (tmp_path / "hf" / "model.safetensors").exists(), r.stderr[-2000:]
+  # Every exported file has one mode (model.safetensors was 0600, the others 0644).
+  assert len({p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}) == 1
 
 
 def test_fine_tuning_refuses_other_shapes_vocabularies_and_empty_sources(tmp_path):

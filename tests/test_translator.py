@@ -141,3 +141,27 @@ def test_bad_input_lines_have_a_defined_outcome(trained, tmp_path):
                           f"--output={tmp_path / 'missing' / 'out.txt'}"), cwd=REPO,
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "no such folder" in r.stderr
+
+
+def test_nbest_lists_each_translation_once_with_its_better_score():
+  """Issue 51: two segmentations of one text ("ab" as one piece, and as "a" + "b") are two
+  hypotheses of the search but one translation; --nbest listed it twice."""
+  pieces = {5: "ab", 6: "a", 7: "b", 8: "c"}
+
+  class Vocab:
+    def decode(self, ids):
+      return "".join(pieces[i] for i in ids)
+
+  class Decoder:
+    vocab = Vocab()
+
+    def encode(self, sentences):
+      return [[1] for _ in sentences]
+
+    def nbest_ids(self, sources):
+      return [[([5], -1.0), ([8], -1.2), ([6, 7], -1.5), ([], float("-inf"))]
+              for _ in sources]
+
+  tr = Translator(Decoder(), tiny_cfg(), "test")
+  assert tr.translate_nbest(["x", ""]) == [[("ab", -1.0), ("c", -1.2), ("", float("-inf"))],
+                                           [("", 0.0)]]
