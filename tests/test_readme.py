@@ -33,6 +33,28 @@ def test_the_readme_has_its_commands():
   assert COMMANDS[0] == 'pip install -e ".[test]"'
 
 
+def test_ci_runs_the_readmes_install_and_test_commands_first_as_written():
+  """Issue 51: CI installed the extras before the suite, so it never saw what a new user
+  following the README sees."""
+  ci = [l.strip() for l in (REPO / ".ci" / "run").read_text().splitlines()
+        if l.strip() and not l.lstrip().startswith("#")]
+  commands = [l for l in ci if not l.startswith(("set ", "cd "))]
+  test_command = next(c for c in COMMANDS if c.startswith("python -m pytest"))
+  assert commands[:2] == [COMMANDS[0], test_command]
+
+
+def test_every_figure_in_the_readmes_tables_names_its_machine_and_date():
+  """A row with a measured figure says on which machine and on which day it was measured."""
+  for table in re.findall(r"((?:^\|.*\|\n)+)", README, re.M):
+    header = table.splitlines()[0].lower()
+    if "machine" not in header and not any(w in header for w in ("bleu", "tok/s", "figure")):
+      continue  # not a table of measurements (modes, parameter counts)
+    assert "machine" in header and ("date" in header or "machine, date" in header), header
+    for row in table.splitlines()[2:]:
+      assert re.search(r"2026-\d\d-\d\d|the table above", row), row
+      assert not re.search(r"DEMO_|SUITE_", row), row  # placeholders filled
+
+
 @pytest.mark.parametrize("cmd", [
     pytest.param(c, marks=pytest.mark.extra("hf", "ctranslate2"))
     if c.startswith("ct2-transformers-converter") else c for c in COMMANDS])
@@ -44,6 +66,9 @@ def test_readme_command_runs_in_a_quick_form(cmd):
   if words[:3] == ["pip", "install", "-e"]:
     extra = re.fullmatch(r"\.\[(\w+)\]", words[3]).group(1)
     assert f'"{extra}":' in (REPO / "setup.py").read_text(), extra
+    return
+  if words[:3] == ["pip", "install", "torch"]:  # PyTorch's own CPU wheels, its documented index
+    assert words[3:] == ["--index-url", "https://download.pytorch.org/whl/cpu"], cmd
     return
   if words[0] == "ct2-transformers-converter":  # CTranslate2's own command, from the [hf] extra
     r = subprocess.run([words[0], "--help"], capture_output=True, text=True, timeout=120)
