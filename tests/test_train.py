@@ -184,21 +184,27 @@ def test_ensemble_members_must_share_the_vocabulary_but_not_the_shape(tmp_path):
   from t2t_jax import translator
   from t2t_jax.errors import UserError
   cfg = tiny_cfg()
-  for name, changes in [("main", {}), ("wider", {"model.d_model": 64}),
-                        ("vocab", {"model.vocab_size": 128}), ("data", {"data.bucket_growth": 1.5})]:
+  for name, changes, vocab in [("main", {}, b"pieces"), ("wider", {"model.d_model": 64}, b"pieces"),
+                               ("vocab", {"model.vocab_size": 128}, b"pieces"),
+                               ("other_spm", {}, b"other pieces"),
+                               ("data", {"data.bucket_growth": 1.5}, b"pieces")]:
     (tmp_path / name).mkdir()
     bookkeeping.write_run_info(override(cfg, changes), str(tmp_path / name))
+    (tmp_path / name / "spm.model").write_bytes(vocab)
   ensemble = lambda other: translator.load_ensemble(cfg, [str(tmp_path / "main"),
                                                         str(tmp_path / other)])
-  with pytest.raises(UserError, match="model.vocab_size.*share one vocabulary"):
+  with pytest.raises(UserError, match="model.vocab_size 128.*share one vocabulary"):
     ensemble("vocab")
-  with pytest.raises(UserError, match="data.bucket_growth"):
-    ensemble("data")
+  with pytest.raises(UserError, match="its spm.model is not .*main's.*share one vocabulary"):
+    ensemble("other_spm")
   with pytest.raises(UserError, match="no trained run"):
     ensemble("nothing")
-  # A member of another shape passes the checks; only the missing checkpoints stop it.
-  with pytest.raises(UserError, match="no checkpoint"):
-    ensemble("wider")
+  # Members of another shape, or trained on other data with the same vocabulary (a run and
+  # its fine-tuned copy, refused before issue 51), pass the checks; only the missing
+  # checkpoints stop them.
+  for other in ("wider", "data"):
+    with pytest.raises(UserError, match="no checkpoint"):
+      ensemble(other)
   # A run of N members decodes with WORKDIR/member0..N-1.
   assert translator.member_dirs(override(cfg, {"ensemble.members": 3}), "/w") == [
       "/w/member0", "/w/member1", "/w/member2"]
