@@ -35,6 +35,8 @@ def check_output_file(path: str, what: str) -> str:
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise UserError(f"{what}: no such folder: {folder}")
+  if not os.access(folder, os.W_OK):
+    raise UserError(f"{what}: cannot write in {folder} (permission denied)")
   return path
 
 

@@ -389,6 +389,8 @@ def _main_guarded(argv: list[str]) -> None:
     main(argv)
   except UserError as e:
     fail(str(e))
+  except PermissionError as e:  # a file or folder of the user's this process may not touch
+    fail(f"permission denied: {e.filename or e}")
   except KeyboardInterrupt:
     print("interrupted", file=sys.stderr)
     sys.exit(130)

@@ -142,19 +142,28 @@ def test_an_unreadable_input_is_one_line(tmp_path):
   --experiment FILE."""
   unreadable = tmp_path / "lines.py"  # a line to translate, or a config file
   unreadable.write_text("ta suda.\n")
-  code = ("import builtins, sys\nreal = builtins.open\n"
-          "def denied(path, *a, **k):\n"
-          f"  if str(path) == {str(unreadable)!r}:\n"
-          "    raise PermissionError(13, 'Permission denied', str(path))\n"
-          "  return real(path, *a, **k)\n"
-          "builtins.open = denied\n"
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  code = ("import builtins, os, sys\nopen_, listdir_ = builtins.open, os.listdir\n"
+          f"DENIED = ({str(unreadable)!r}, {str(corpus)!r})\n"
+          "def denied(real):\n"
+          "  def call(path, *a, **k):\n"
+          "    if str(path) in DENIED:\n"
+          "      raise PermissionError(13, 'Permission denied', str(path))\n"
+          "    return real(path, *a, **k)\n"
+          "  return call\n"
+          "builtins.open, os.listdir = denied(open_), denied(listdir_)\n"
           "from t2t_jax import main; sys.argv[0] = 'main'; main.run()")
-  for args in (["--mode=translate", "--experiment=demo", "--workdir=/nonexistent/w",
-                f"--input={unreadable}"], ["--mode=params", f"--experiment={unreadable}:f"]):
+  for args, path in (
+      (["--mode=translate", "--experiment=demo", "--workdir=/nonexistent/w",
+        f"--input={unreadable}"], unreadable),
+      (["--mode=params", f"--experiment={unreadable}:f"], unreadable),
+      (["--mode=train", "--experiment=demo", f"--workdir={tmp_path / 'run'}",
+        f"--dataset=folder:{corpus}:en-de"], corpus)):
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert f"cannot read {unreadable} (Permission denied)" in r.stderr and \
+    assert f"cannot read {path} (Permission denied)" in r.stderr and \
         "Traceback" not in r.stderr
 
 
