@@ -55,8 +55,25 @@ def run_main(argv, capsys):
   return code, out.out, out.err
 
 
-def _args(workdir, mode, tmp):
-  args = ["--experiment=demo", f"--workdir={workdir}", f"--mode={mode}"] + set_flags(SETS)
+# The demo's language pair, cut to a corpus whose held-out splits decode in a moment.
+CORPUS_LINES = {"train": 3000, "valid": 40, "test": 40}
+
+
+def _small_corpus(root: Path) -> str:
+  from t2t_jax import data_sources
+  full, small = root / "demo_corpus", root / "small_corpus"
+  data_sources.write_demo_folder(str(full))
+  small.mkdir()
+  for split, lines in CORPUS_LINES.items():
+    for lang in (data_sources.DEMO_SRC, data_sources.DEMO_TGT):
+      text = (full / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:lines]
+      (small / f"{split}.{lang}").write_text("".join(l + "\n" for l in text), encoding="utf-8")
+  return f"folder:{small}:{data_sources.DEMO_SRC}-{data_sources.DEMO_TGT}"
+
+
+def _args(workdir, mode, tmp, dataset):
+  args = ["--experiment=demo", f"--workdir={workdir}", f"--mode={mode}",
+          f"--dataset={dataset}"] + set_flags(SETS)
   if mode in ("translate", "score"):
     src = tmp / "input.txt"
     src.write_text("ta suda.\tla\n" if mode == "score" else "ta suda.\n")
@@ -66,22 +83,41 @@ def _args(workdir, mode, tmp):
   return args
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+  """The 84 commands compile the same few programs: a persistent compilation cache for this
+  module (as the command itself keeps one) turns all but the first of each into a read."""
+  import jax
+  from jax.experimental.compilation_cache import compilation_cache
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+  before = [getattr(jax.config, n) for n in names]
+  jax.config.update(names[0], str(tmp_path_factory.mktemp("jax_cache")))
+  jax.config.update(names[1], 0.0)
+  compilation_cache.reset_cache()  # JAX decides once per process whether to use a cache
+  yield
+  for name, value in zip(names, before):
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()  # the worker's later tests run as they would alone
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
   """A finished tiny run: checkpoints 10 and 20, their average, the dev split's BLEU."""
-  workdir = tmp_path_factory.mktemp("damaged") / "trained"
+  root = tmp_path_factory.mktemp("damaged")
+  workdir, dataset = root / "trained", _small_corpus(root)
   out, err = io.StringIO(), io.StringIO()  # a module fixture has no capsys
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     main.FLAGS.unparse_flags()
     try:
-      main._main_guarded(main._parse_flags(["t2t_jax.main"] + _args(workdir, "train", None)))
+      main._main_guarded(main._parse_flags(["t2t_jax.main"] +
+                                           _args(workdir, "train", None, dataset)))
     except SystemExit as e:
       raise AssertionError(err.getvalue()[-3000:]) from e
     finally:
       main.FLAGS.unparse_flags()
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["10", "20"]
   assert (workdir / "averaged" / "averaged.json").exists() and (workdir / "eval").is_dir()
-  return workdir
+  return workdir, dataset
 
 
 def _damage(workdir: Path, name: str, how: str) -> None:
@@ -116,6 +152,7 @@ def _snapshot(workdir: Path) -> dict:
 @pytest.mark.parametrize("how", ("deleted", "truncated"))
 @pytest.mark.parametrize("name", FILES)
 def test_a_damaged_workdir_file_works_or_is_one_line(trained, tmp_path, capsys, name, how, mode):
+  trained, dataset = trained
   workdir = tmp_path / "run"
   shutil.copytree(trained, workdir)
   _damage(workdir, name, how)
@@ -124,7 +161,7 @@ def test_a_damaged_workdir_file_works_or_is_one_line(trained, tmp_path, capsys, 
       if (workdir / "experiment.json").exists() else None
   before = _snapshot(workdir)
 
-  code, out, err = run_main(_args(workdir, mode, tmp_path), capsys)
+  code, out, err = run_main(_args(workdir, mode, tmp_path, dataset), capsys)
 
   assert "Traceback" not in err, err[-3000:]
   expected = ERRORS.get((name, how, mode))
@@ -150,17 +187,18 @@ def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
   without it) ended training in FileNotFoundError. Its checkpoints restore into the
   command's model, so it resumes and the record is written again, saying so; a command of
   another model is the one-line 'another model' error, with nothing moved."""
+  trained, dataset = trained
   workdir = tmp_path / "run"
   shutil.copytree(trained, workdir)
   (workdir / "experiment.json").unlink()
   before = _snapshot(workdir)
-  args = _args(workdir, "train", tmp_path) + ["--set", "model.d_ff=128"]
+  args = _args(workdir, "train", tmp_path, dataset) + ["--set", "model.d_ff=128"]
   code, _, err = run_main(args, capsys)
   assert code == 2 and "Traceback" not in err
   assert "another" in [l for l in err.splitlines() if l.startswith("error: ")][0]
   assert _snapshot(workdir) == before
 
-  code, out, err = run_main(_args(workdir, "train", tmp_path), capsys)
+  code, out, err = run_main(_args(workdir, "train", tmp_path, dataset), capsys)
   assert code == 0, err[-3000:]
   assert "resuming from checkpoint 20" in out and "recorded there again" in err
   recorded = json.loads((workdir / "experiment.json").read_text())
@@ -170,9 +208,10 @@ def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
 def test_a_copied_workdir_still_decodes_with_its_average(trained, tmp_path, capsys):
   """The average's record named its checkpoints by inode, which a copy changes: a workdir
   copied elsewhere decoded with its newest checkpoint instead, under two warnings."""
+  trained, dataset = trained
   workdir = tmp_path / "copy"
   shutil.copytree(trained, workdir)
-  code, _, err = run_main(_args(workdir, "translate", tmp_path), capsys)
+  code, _, err = run_main(_args(workdir, "translate", tmp_path, dataset), capsys)
   assert code == 0, err[-3000:]
   assert "with average of checkpoints 10..20" in err and "warning" not in err
   _, label = checkpoints.load_params_for_inference(str(workdir), _cfg())
