@@ -202,21 +202,31 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
     grads, loss, nll, tokens = jax.lax.pmean(summed, axis_name)
   tokens = jnp.maximum(tokens, 1e-9)
   grads = jax.tree_util.tree_map(lambda g: g / tokens, grads)
+  # A step whose loss or gradients are not finite leaves the state as it was and records the
+  # step. The check reads only what exists before the update (not the new parameters, whose
+  # norm cost a second pass over the state), so XLA can compute Adam's moments, the update
+  # and the choice of new or old state in one elementwise pass per parameter.
+  finite = update_is_finite(loss, grads)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  updates = jax.tree_util.tree_map(lambda u: u * lr_factor, updates)
-  params = optax.apply_updates(state.params, updates)
-  finite = (jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads)) &
-            jnp.isfinite(optax.tree.norm(params)))
-  # A non-finite step leaves the parameters as they were and records the step.
   keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+  params = jax.tree_util.tree_map(lambda p, u: jnp.where(finite, p + u * lr_factor, p),
+                                  state.params, updates)
   new_state = TrainState(
-      step=state.step + 1, params=keep(params, state.params),
-      opt_state=keep(opt_state, state.opt_state),
+      step=state.step + 1, params=params, opt_state=keep(opt_state, state.opt_state),
       bad_step=jnp.where((state.bad_step < 0) & ~finite, state.step + 1, state.bad_step))
   metrics = {"loss": loss / tokens, "nll": nll / tokens,
              "tokens": tokens * jax.lax.psum(1, axis_name),
              "learning_rate": optim.schedule(cfg)(state.step) * lr_factor}
   return new_state, metrics
+
+
+def update_is_finite(loss: jax.Array, grads: Any) -> jax.Array:
+  """Whether an update may be applied: its loss and every gradient entry are finite. (A
+  finite update that overflows a parameter shows in the next step's loss.)"""
+  finite = jnp.isfinite(loss)
+  for g in jax.tree_util.tree_leaves(grads):
+    finite &= jnp.all(jnp.isfinite(g))
+  return finite
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, cfg: ExperimentConfig,

@@ -194,10 +194,13 @@ def test_corrupt_newest_checkpoint_is_moved_aside_and_previous_used(reference, t
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
   workdir = tmp_path / "run"
   assert _run(workdir, **{"train.steps": 10}).returncode == 0
-  # Resumed with a learning rate 1e30 x the paper's: the parameters overflow at once.
+  # Resumed with a learning rate 1e30 x the paper's: step 11's update, computed from a finite
+  # loss and finite gradients, is applied, and the parameters it makes overflow step 12's
+  # loss. (The check reads the step's loss and gradients, not the updated parameters: issue
+  # 52; it stopped at step 11 when it also read their norm.)
   r = _run(workdir, **{"train.learning_rate_scale": 1e30, "train.checkpoint_every_steps": 2,
                        "train.log_every_steps": 1})
-  _one_line_error(r, "non-finite loss at step 11")
+  _one_line_error(r, "non-finite loss at step 12")
   assert "last good checkpoint is checkpoint 10" in r.stderr
   assert _ckpt_steps(workdir) == [10]
   params, _, _ = _final(workdir)

@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from t2t_jax import bookkeeping, checkpoints, optim, parallel, registry, train
@@ -1050,3 +1051,15 @@ def test_a_stop_request_is_not_held_up_by_an_input_thread_that_hangs():
   assert time.time() - start < 5
   stuck.set()
   batches.close()
+
+
+def test_an_update_is_applied_only_when_its_loss_and_gradients_are_finite():
+  """Issue 52: the check reads the loss and the gradients (not the updated parameters, a
+  second pass over the state), entry by entry: gradients of 3e38 are finite though the norm
+  the old check took of them overflowed."""
+  grads = {"a": jnp.ones(3), "b": jnp.full((2,), 3e38, jnp.float32)}
+  assert bool(train.update_is_finite(jnp.float32(1.5), grads))
+  assert not bool(train.update_is_finite(jnp.float32(jnp.inf), grads))
+  nan = {**grads, "a": jnp.array([1.0, jnp.nan, 0.0])}
+  assert not bool(train.update_is_finite(jnp.float32(1.5), nan))
+  assert not bool(jnp.isfinite(optax.tree.norm(grads)))  # what the old check saw
