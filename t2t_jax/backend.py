@@ -121,10 +121,9 @@ def loss_chunk_tokens(setting: int | str) -> int:
   """`train.loss_chunk_tokens` resolved: 0 computes the whole [tokens, vocab] logits at once.
 
   "auto": 0 on CPU, where the cpu_tuned path's hand-written logits gradient is measured
-  (results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full
-  float32 logits of a large micro-batch cost gigabytes of memory and several passes of
-  memory traffic, against one more logits product in the backward pass (each chunk's
-  logits are recomputed there, not stored).
+  (results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full float32
+  logits of a large micro-batch cost gigabytes of memory and several passes of memory
+  traffic (`train.chunked_loss_sums` forms each chunk's gradient in its forward pass).
   """
   if setting != "auto":
     return int(setting)

@@ -94,10 +94,14 @@ class TrainConfig:
   # "auto" (t2t_jax/backend.py): 4096 on CPU; on a GPU or TPU the whole update when the
   # device's memory holds it, else the largest size that fits.
   max_tokens_per_batch: int | Literal["auto"] = "auto"
-  # The output layer and loss over chunks of this many tokens, each chunk's [tokens, vocab]
-  # logits built and dropped in turn (recomputed for the gradient); 0 builds them whole.
+  # The output layer and loss over chunks of about this many tokens (whole rows dividing the
+  # batch), each chunk's [tokens, vocab] logits built and dropped in turn; 0 builds them whole.
   # "auto": 0 on CPU, 4096 on GPU and TPU (backend.loss_chunk_tokens).
   loss_chunk_tokens: int | Literal["auto"] = "auto"
+  # The chunked loss's gradient (softmax - q) formed in its forward pass and sent through two
+  # products in the compute dtype (bf16 with float32 accumulation in bf16 runs), nothing
+  # recomputed; false: autodiff of the chunks, with float32 gradient products.
+  lean_loss: bool = True
   # Orbax writes checkpoints in a background thread while training goes on; every save is
   # complete before averaging, evaluation, exit, or the stop that a signal asks for.
   async_checkpoints: bool = True

@@ -67,25 +67,35 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
 
 
 def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Array,
-                      cfg: ModelConfig, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """`loss_sums` of the tied logits of `features` [b, l, d], `chunk` tokens at a time.
+                      cfg: ModelConfig, chunk: int, lean: bool = True
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`loss_sums` of the tied logits of `features` [b, l, d], about `chunk` tokens at a time.
 
   The [tokens, vocab] float32 logits (3.7 GB for a 25k-token micro-batch at 37k pieces) are
-  never built whole: a scan over chunks of tokens builds each chunk's logits (bf16 product,
-  float32 result), reduces them to the chunk's loss sums, and drops them. `jax.checkpoint`
-  makes the backward pass recompute a chunk's logits instead of storing them: one more
-  logits product per step, against the logits' memory and their memory traffic.
+  never built whole: a scan over chunks builds each chunk's logits (bf16 product, float32
+  result), reduces them to the chunk's loss sums, and drops them. A chunk is whole rows, as
+  many as divide the batch evenly within `chunk` tokens: no padded rows.
+
+  `lean` (the default, `_lean_loss_sums`): each chunk's gradient softmax - q is formed in the
+  forward pass and sent through the two gradient products there, in the compute dtype with
+  float32 accumulation; nothing is recomputed. Otherwise autodiff differentiates the chunks
+  (`jax.checkpoint` recomputes each chunk's logits, and the gradient products run on the
+  float32 cotangent): `train.lean_loss=false`, kept in case a quality run disagrees.
   """
-  d = features.shape[-1]
-  y, t = features.reshape(-1, d), targets.reshape(-1)
-  n_chunks = -(-y.shape[0] // chunk)
-  pad = n_chunks * chunk - y.shape[0]  # padded with PAD targets, which weigh nothing
-  y = jnp.pad(y, ((0, pad), (0, 0))).reshape(n_chunks, 1, chunk, d)
-  t = jnp.pad(t, (0, pad), constant_values=PAD_ID).reshape(n_chunks, 1, chunk)
+  b, l, d = features.shape
+  rows = max([r for r in range(1, b + 1) if b % r == 0 and r * l <= chunk] or [1])
+  y = features.reshape(b // rows, rows * l, d)
+  t = targets.reshape(b // rows, rows * l)
+  if lean:
+    smoothed, nll, tokens = _lean_loss_sums(y, embedding, t, cfg)
+    # Only the smoothed loss is differentiated (`_lean_loss_sums_bwd`); the NLL and the
+    # token count are metrics.
+    return smoothed, jax.lax.stop_gradient(nll), jax.lax.stop_gradient(tokens)
 
   @jax.checkpoint
   def one(y_c, t_c):
-    return loss_sums(cpu_kernels.tied_logits_f32(y_c, embedding, cfg), t_c, cfg.label_smoothing)
+    return loss_sums(cpu_kernels.tied_logits_f32(y_c[None], embedding, cfg), t_c[None],
+                     cfg.label_smoothing)
 
   def body(carry, xs):
     return tuple(a + b for a, b in zip(carry, one(*xs))), None
@@ -93,6 +103,70 @@ def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Ar
   zero = jnp.float32(0)
   sums, _ = jax.lax.scan(body, (zero, zero, zero), (y, t))
   return sums
+
+
+def _chunk_logits(y_c: jax.Array, embedding: jax.Array, cfg: ModelConfig) -> jax.Array:
+  """A chunk's logits [c, V]: a product in the compute dtype with a float32 result."""
+  dt = cpu_kernels.compute_dtype(cfg)
+  return jnp.einsum("cd,vd->cv", y_c.astype(dt), embedding.astype(dt),
+                    preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _lean_loss_sums(y: jax.Array, embedding: jax.Array, targets: jax.Array, cfg: ModelConfig
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(smoothed loss, NLL, tokens) summed over chunks y [n, c, d], targets [n, c]: without a
+  gradient (evaluation), one logits product per chunk and nothing else."""
+  def body(carry, xs):
+    y_c, t_c = xs
+    sums = loss_sums(_chunk_logits(y_c, embedding, cfg), t_c, cfg.label_smoothing)
+    return tuple(a + b for a, b in zip(carry, sums)), None
+
+  zero = jnp.float32(0)
+  sums, _ = jax.lax.scan(body, (zero, zero, zero), (y, targets))
+  return sums
+
+
+def _lean_loss_sums_fwd(y, embedding, targets, cfg):
+  """The sums, and the smoothed loss's gradients with respect to y and the embedding, from
+  each chunk's softmax - q (section 5.4's smoothed target q) in the same pass: three
+  vocabulary-sized products per chunk in all (logits, and the two gradients)."""
+  vocab = embedding.shape[0]
+  confidence, low = _smoothed_target(cfg.label_smoothing, vocab)
+  dt = cpu_kernels.compute_dtype(cfg)
+  e = embedding.astype(dt)
+
+  def body(carry, xs):
+    sums, d_embedding = carry
+    y_c, t_c = xs
+    logits = _chunk_logits(y_c, embedding, cfg)
+    chunk_sums = loss_sums(logits, t_c, cfg.label_smoothing)
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    probs = jnp.exp(logits - top)
+    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    weight = (t_c != PAD_ID).astype(jnp.float32)[:, None]
+    one_hot = jax.nn.one_hot(t_c, vocab, dtype=jnp.float32)
+    grad = ((probs - (confidence - low) * one_hot - low) * weight).astype(dt)
+    d_y = jnp.einsum("cv,vd->cd", grad, e, preferred_element_type=jnp.float32)
+    d_embedding = d_embedding + jnp.einsum("cv,cd->vd", grad, y_c.astype(dt),
+                                           preferred_element_type=jnp.float32)
+    return (tuple(a + b for a, b in zip(sums, chunk_sums)), d_embedding), d_y
+
+  zero = jnp.float32(0)
+  init = ((zero, zero, zero), jnp.zeros(embedding.shape, jnp.float32))
+  (sums, d_embedding), d_y = jax.lax.scan(body, init, (y, targets))
+  dtypes = (jnp.zeros((), y.dtype), jnp.zeros((), embedding.dtype))  # of the gradients
+  return sums, (d_y, d_embedding, dtypes)
+
+
+def _lean_loss_sums_bwd(cfg, residuals, cotangents):
+  del cfg
+  d_y, d_embedding, (y_like, e_like) = residuals
+  g = cotangents[0]  # the smoothed loss's; `chunked_loss_sums` stops the others' gradients
+  return (g * d_y).astype(y_like.dtype), (g * d_embedding).astype(e_like.dtype), None
+
+
+_lean_loss_sums.defvjp(_lean_loss_sums_fwd, _lean_loss_sums_bwd)
 
 
 def model_loss_sums(transformer: model.Transformer, params: Any, inputs: jax.Array,
@@ -107,7 +181,8 @@ def model_loss_sums(transformer: model.Transformer, params: Any, inputs: jax.Arr
     return loss_sums(logits, targets, cfg.model.label_smoothing)
   features = transformer.apply({"params": params}, inputs, targets, train=train, rngs=rngs,
                                method=model.Transformer.features)
-  return chunked_loss_sums(features, params["embed"]["embedding"], targets, cfg.model, chunk)
+  return chunked_loss_sums(features, params["embed"]["embedding"], targets, cfg.model, chunk,
+                           lean=cfg.train.lean_loss)
 
 
 def _smoothed_target(label_smoothing: float, vocab: int) -> tuple[float, float]:

@@ -237,6 +237,8 @@ def default_peers() -> str | None:
 # run cut short by its time limit loses the least. The trainer's defaults come first.
 LEVERS = [
     ("base", "defaults", {}),
+    ("base", "autodiff loss (train.lean_loss=false)", {"train.lean_loss": False}),
+    ("big", "autodiff loss (train.lean_loss=false)", {"train.lean_loss": False}),
     ("base", "fused attention", {"model.fused_attention": True}),
     ("base", "whole logits", {"train.loss_chunk_tokens": 0}),
     ("base", "one GPU's share of 8 (3,200 tokens)", {"share_of": 8}),
