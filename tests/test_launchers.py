@@ -64,8 +64,10 @@ def _stop_one_task_once_training(proc, marker: str) -> str:
   out, ready = "", 0
   for line in proc.stdout:
     out += line
-    ready += "parameters, 4 device(s)" in line
-    if ready == 2:
+    # Counted, not tested per line: the two tasks print it at the same moment, and the
+    # launcher may join both into one line (it did in CI, and the test then waited forever).
+    ready += line.count("parameters, 4 device(s)")
+    if ready >= 2:
       break
   time.sleep(3)
   pids = _task_pids(marker)
