@@ -126,8 +126,14 @@ def check_paths(cfg: ExperimentConfig) -> None:
     raise UsageError(f"--output={FLAGS.output} is a file; export writes a folder")
   for other in FLAGS.ensemble:
     check_input_dir(other, "--ensemble")
+  from t2t_jax import input_pipeline
+  if mode in ("train", "eval"):  # the modes that prepare data into the data folder
+    folder = cfg.data.data_dir or input_pipeline.default_data_dir()
+    if os.path.exists(folder) and not os.path.isdir(folder):
+      named = "data.data_dir" if cfg.data.data_dir else (
+          "T2T_JAX_DATA_DIR" if os.environ.get("T2T_JAX_DATA_DIR") else "the data folder")
+      raise UsageError(f"{named}: {folder} is a file, not a directory")
   if cfg.data.vocab_from and not cfg.train.init_from and mode == "train":  # before data prep
-    from t2t_jax import input_pipeline
     input_pipeline.vocab_file(cfg)
   if mode == "attention":
     layers = min(cfg.model.num_encoder_layers, cfg.model.num_layers)

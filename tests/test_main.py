@@ -100,6 +100,8 @@ BAD_INPUT = [
       f"--dataset=folder:{REPO / 'setup.py'}:en-de"], "dataset folder not found"),
     ([f"--experiment={REPO / 'tests'}/no_such.py:f"], "no_such.py:f: no such file"),
     (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--set",
+      f"data.data_dir={REPO / 'setup.py'}"], "data.data_dir: "),
+    (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--set",
       f"data.vocab_from={REPO / 'setup.py'}"], "setup.py is not a SentencePiece model"),
 ]
 
