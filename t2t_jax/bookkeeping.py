@@ -209,12 +209,13 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
     print(f"warning: {path} is damaged ({damaged}); moved to {aside}. The checkpoints "
           f"decide: this command's settings are recorded again if they restore into its "
           f"model", file=sys.stderr, flush=True)
-  if has_checkpoints(workdir) and not os.path.exists(path):
+  resumed = has_checkpoints(workdir)
+  if resumed and not os.path.exists(path):
     if not restored:
       return False
     print(f"note: {path} was missing; the checkpoints restored into this command's model, so "
           f"its settings are recorded there again", file=sys.stderr, flush=True)
-  elif has_checkpoints(workdir):
+  elif resumed:
     check_run_info(cfg, workdir)
     with open(path) as f:
       old = json.load(f)
@@ -236,7 +237,6 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
                **({"history": history} if history else {})}, f, indent=2)
   os.replace(path + ".tmp", path)
   return True
-
 
 
 def checkpoint_bytes(cfg: ExperimentConfig) -> int:

@@ -230,13 +230,11 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
                       f"model's {cfg.model.vocab_size} rows")
     state = marian_state(params, cfg)
     save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    # safetensors writes through a private temporary file (mode 0600); the folder's other
-    # files follow the umask, and so should this one.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(os.path.join(tmp, "model.safetensors"), 0o666 & ~umask)
     with open(os.path.join(tmp, "config.json"), "w") as f:
       json.dump(marian_config(cfg), f, indent=2)
+    # safetensors writes through a private temporary file (mode 0600); the folder's other
+    # files follow the umask, and so should this one.
+    shutil.copymode(os.path.join(tmp, "config.json"), os.path.join(tmp, "model.safetensors"))
     with open(os.path.join(tmp, "generation_config.json"), "w") as f:
       json.dump(generation_config(cfg), f, indent=2)
     with open(os.path.join(tmp, "t2t_jax_export.json"), "w") as f:

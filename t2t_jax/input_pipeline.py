@@ -491,10 +491,10 @@ def check_vocab(workdirs: list[str], cache_dir: str) -> None:
   with: their token ids would mean other pieces."""
   cached = file_sha256(os.path.join(cache_dir, "spm.model"))
   for workdir in workdirs:
-    workdir_vocab([workdir])  # a damaged copy is named as such, not as another vocabulary
     path = os.path.join(workdir, WORKDIR_VOCAB)
     ours = file_sha256(path) if os.path.exists(path) else cached
     if ours != cached:
+      workdir_vocab([workdir])  # a damaged copy is named as such, not as another vocabulary
       raise DataError(f"the data cache {cache_dir} holds another vocabulary (sha256 "
                       f"{cached[:12]}) than {workdir} was trained with ({ours[:12]}); "
                       f"the cache was built from other data or settings. Move it away to "

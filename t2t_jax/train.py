@@ -56,8 +56,14 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float
   eps / (V - 1) each. The constant entropy of that distribution is subtracted
   so a perfect model scores 0.
   """
-  vocab = logits.shape[-1]
   smoothed, target_logp = _token_losses(logits.astype(jnp.float32), targets, label_smoothing)
+  return _summed(smoothed, target_logp, targets, label_smoothing, logits.shape[-1])
+
+
+def _summed(smoothed: jax.Array, target_logp: jax.Array, targets: jax.Array,
+            label_smoothing: float, vocab: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`loss_sums` from the per-token losses: the smoothed target's entropy subtracted, pad
+  tokens weighing nothing."""
   confidence, low = _smoothed_target(label_smoothing, vocab)
   entropy = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low)) \
       if label_smoothing > 0 else 0.0
@@ -140,10 +146,10 @@ def _lean_loss_sums_fwd(y, embedding, targets, cfg):
     sums, d_embedding = carry
     y_c, t_c = xs
     logits = _chunk_logits(y_c, embedding, cfg)
-    chunk_sums = loss_sums(logits, t_c, cfg.label_smoothing)
-    top = jnp.max(logits, axis=-1, keepdims=True)
-    probs = jnp.exp(logits - top)
-    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    # One log-normaliser for both the sums and the softmax (no second max and sum of exps).
+    (smoothed, target_logp), (_, lse, _) = _token_losses_fwd(logits, t_c, cfg.label_smoothing)
+    chunk_sums = _summed(smoothed, target_logp, t_c, cfg.label_smoothing, vocab)
+    probs = jnp.exp(logits - lse[:, None])
     weight = (t_c != PAD_ID).astype(jnp.float32)[:, None]
     one_hot = jax.nn.one_hot(t_c, vocab, dtype=jnp.float32)
     grad = ((probs - (confidence - low) * one_hot - low) * weight).astype(dt)
