@@ -48,6 +48,14 @@ class ModelConfig:
   # applies, XLA's own elsewhere) instead of two einsums. It has no attention dropout and
   # returns no attention weights (for `--mode=attention`).
   fused_attention: bool = False
+  # Q, K and V (and cross-attention's K and V) as one product with the matrices side by side:
+  # the same parameters (checkpoints and exports do not change) and the same maths. "auto":
+  # on GPU and TPU, off on CPU (backend.fused_projections).
+  fused_projections: bool | Literal["auto"] = "auto"
+  # The dtype of the residual stream between sub-layers (LayerNorm outputs, embedding sums)
+  # when model.dtype=bfloat16; LayerNorm statistics stay float32 either way. "float32" is
+  # the paper-faithful mixed precision; "bfloat16" halves that traffic.
+  residual_dtype: Literal["float32", "bfloat16"] = "float32"
   max_len: int = 256           # longest sequence the learned positions cover
 
   @property
@@ -57,7 +65,8 @@ class ModelConfig:
 
 # ModelConfig fields that change how the model computes but not its parameters or what it
 # computes: a run may resume, decode or fine-tune with other values.
-COMPUTE_FIELDS = ("dtype", "implementation", "fused_attention")
+COMPUTE_FIELDS = ("dtype", "implementation", "fused_attention", "fused_projections",
+                  "residual_dtype")
 # ModelConfig fields that only training uses: decoding may differ in them.
 TRAINING_ONLY_FIELDS = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import flax.linen as nn
 import jax
@@ -25,6 +26,19 @@ Array = jax.Array
 def compute_dtype(cfg: ModelConfig):
   """The dtype of matmul inputs (and, on the plain path, of sub-layer activations)."""
   return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+
+
+def residual_dtype(cfg: ModelConfig):
+  """The residual stream's dtype: bf16 only with model.dtype=bfloat16 and
+  model.residual_dtype=bfloat16; float32 otherwise (the paper-faithful mixed precision)."""
+  both = cfg.dtype == "bfloat16" and cfg.residual_dtype == "bfloat16"
+  return jnp.bfloat16 if both else jnp.float32
+
+
+def dense_reads_bf16_as_is(cfg: ModelConfig) -> bool:
+  """Whether a bf16 `dense` layer multiplies by a bf16 matrix as it is (the plain path);
+  cpu_tuned's layers promote it to float32 and round it back."""
+  return cfg.dtype == "bfloat16" and not _cpu_tuned(cfg)
 
 
 def _cpu_tuned(cfg: ModelConfig) -> bool:
@@ -125,9 +139,39 @@ def _tied_logits_bwd(cfg, residuals, g):
 _tied_logits_cpu.defvjp(_tied_logits_fwd, _tied_logits_bwd)
 
 
+class Kernel(nn.Module):
+  """A bias-free `dense` layer's parameter matrix alone (the same name, shape and initial
+  values), for `project`, which multiplies by several such matrices side by side."""
+  features: int
+
+  @nn.compact
+  def __call__(self, in_features: int) -> Array:
+    return self.param("kernel", DENSE_INIT, (in_features, self.features))
+
+
+def project(cfg: ModelConfig, x: Array, kernels: list[Array]) -> list[Array]:
+  """x @ [W_1 | W_2 | ...] as one product, split into x @ W_i: what `dense` layers without
+  bias compute one by one, in the same dtypes. One larger product fills a GPU better than
+  several narrow ones (their weight gradients are [d, d] outputs with K = all the tokens)."""
+  w = jnp.concatenate(kernels, axis=1) if len(kernels) > 1 else kernels[0]
+  dims = (((x.ndim - 1,), (0,)), ((), ()))
+  if not _cpu_tuned(cfg):
+    dt = compute_dtype(cfg)
+    y = jax.lax.dot_general(x.astype(dt), w.astype(dt), dims)
+  elif cfg.dtype == "bfloat16":
+    y = _bf16_dot_general_f32_out(x, w, dims)
+  else:
+    y = jax.lax.dot_general(x.astype(jnp.float32), w, dims)
+  splits = list(itertools.accumulate(k.shape[1] for k in kernels))[:-1]
+  return jnp.split(y, splits, axis=-1)
+
+
+DENSE_INIT = nn.initializers.xavier_uniform()
+
+
 def dense(cfg: ModelConfig, features: int, use_bias: bool, name: str | None = None) -> nn.Dense:
   """A float32 parameter matrix whose product runs in the compute dtype (`einsum`)."""
-  init = nn.initializers.xavier_uniform()
+  init = DENSE_INIT
   if not _cpu_tuned(cfg):
     return nn.Dense(features, use_bias=use_bias, name=name, dtype=compute_dtype(cfg),
                     kernel_init=init)

@@ -39,10 +39,13 @@ def _gather_beams(x: jax.Array, beam_idx: jax.Array) -> jax.Array:
 
 
 def _members(params: Any, cfg: ModelConfig | Sequence[ModelConfig]) -> list:
-  """One `apply` per ensemble member (a single model is an ensemble of one)."""
+  """One `apply` per ensemble member (a single model is an ensemble of one). Called outside
+  the search's loop: its bf16 weights (`model.inference_variables`) are cast once per call,
+  not once per step."""
   pairs = [(cfg, params)] if isinstance(cfg, ModelConfig) else list(zip(cfg, params,
                                                                        strict=True))
-  return [functools.partial(model.Transformer(c).apply, {"params": p}) for c, p in pairs]
+  return [functools.partial(model.Transformer(c).apply, model.inference_variables(p, c))
+          for c, p in pairs]
 
 
 def _ensemble_logp(member_logps: list[jax.Array]) -> jax.Array:
@@ -50,6 +53,44 @@ def _ensemble_logp(member_logps: list[jax.Array]) -> jax.Array:
   if len(member_logps) == 1:
     return member_logps[0]
   return jax.nn.logsumexp(jnp.stack(member_logps), axis=0) - jnp.log(len(member_logps))
+
+
+def _top_logp(logits: jax.Array, banned: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+  """The m best next tokens of each hypothesis [b, k, vocab] with their log-probabilities
+  (NEG_INF where `banned`), as a log-softmax then top_k would give them, reading the
+  [hypotheses, vocabulary] logits three times (max, sum of exps, top_k) and writing no
+  [hypotheses, vocabulary] log-probabilities: log-softmax shifts each row by one number, so
+  the row's top m logits are its top m log-probabilities."""
+  top, tokens = jax.lax.top_k(jnp.where(banned, NEG_INF, logits), m)
+  peak = jnp.max(logits, axis=-1, keepdims=True)
+  log_sum = jnp.log(jnp.sum(jnp.exp(logits - peak), axis=-1, keepdims=True))
+  # The same operations as jax.nn.log_softmax: (x - max) - log(sum(exp(x - max))).
+  return jnp.where(top <= NEG_INF, NEG_INF, (top - peak) - log_sum), tokens
+
+
+def best_candidates(live_logp: jax.Array, member_logits: list[jax.Array], banned: jax.Array,
+                    m: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The m best one-token extensions of each sentence's k hypotheses: their log-probabilities
+  (live_logp [b, k] plus the token's), beams and tokens, best first.
+
+  What log_softmax, NEG_INF at the `banned` tokens and one top_k over all k * vocab
+  candidates give. A single model takes each row's best m first (`_top_logp`: its logits are
+  read three times and no [hypotheses, vocabulary] log-probabilities are written): a
+  sentence's best m of all candidates are among its rows' best m. An ensemble's log of the
+  mean probability needs every member's whole rows. Which of two equal candidates comes
+  first is top_k's choice, as it was with one top_k over all of them.
+  """
+  b, k, vocab = member_logits[0].shape
+  row_m = min(m, vocab)
+  if len(member_logits) == 1:
+    row_logp, row_tokens = _top_logp(member_logits[0], banned, row_m)
+  else:
+    logp = _ensemble_logp([jax.nn.log_softmax(x) for x in member_logits])
+    row_logp, row_tokens = jax.lax.top_k(jnp.where(banned, NEG_INF, logp), row_m)
+  cand = (live_logp[:, :, None] + row_logp).reshape(b, k * row_m)
+  top_logp, top_idx = jax.lax.top_k(cand, m)
+  return (top_logp, top_idx // row_m,
+          jnp.take_along_axis(row_tokens.reshape(b, k * row_m), top_idx, axis=1))
 
 
 def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
@@ -118,7 +159,7 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
 
   def body(st):
     i, s = st["i"], st["sent"]
-    member_logp, cache = [], []
+    member_logits, cache = [], []
     if cached:  # each live hypothesis holds position i in its own slot
       ancestry = jax.lax.dynamic_update_slice_in_dim(
           s["ancestry"], jnp.broadcast_to(jnp.arange(k)[:, None], (b, k, 1)), i, axis=2)
@@ -134,24 +175,20 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
         all_logits = apply(rep(s["encoded"][n]), rep(inputs), prefix,
                            method=model.Transformer.decode)
         logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
-      member_logp.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
-    logp = _ensemble_logp(member_logp)
-    vocab = logp.shape[-1]
-    logp = logp.reshape(b, k, vocab)
+      member_logits.append(logits.astype(jnp.float32))
+    vocab = member_logits[0].shape[-1]
     token_ids = jnp.arange(vocab)
-    logp = jnp.where((token_ids == PAD_ID) | (token_ids == BOS_ID), NEG_INF, logp)
-    # At the length limit only EOS may follow.
-    at_limit = (i >= max_len)[:, None, None]
-    logp = jnp.where(at_limit & (token_ids != EOS_ID), NEG_INF, logp)
-    too_short = (i < min_len)[:, None, None]
-    logp = jnp.where(too_short & (token_ids == EOS_ID), NEG_INF, logp)
-
-    cand = (s["live_logp"][:, :, None] + logp).reshape(b, k * vocab)
+    # Tokens a hypothesis may not take next: PAD and BOS; at the length limit all but EOS; EOS
+    # before the shortest length.
+    banned = ((token_ids == PAD_ID) | (token_ids == BOS_ID)
+              | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
+              | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
     # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
     # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
     # as a finished hypothesis, and win once the greedy path's log-prob fell below it.
-    top_logp, top_idx = jax.lax.top_k(cand, 2 * k if k > 1 else 1)
-    beam_idx, tokens = top_idx // vocab, top_idx % vocab
+    top_logp, beam_idx, tokens = best_candidates(
+        s["live_logp"], [x.reshape(b, k, vocab) for x in member_logits], banned,
+        2 * k if k > 1 else 1)
     seqs = _gather_beams(s["live_seqs"], beam_idx)
     seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)
     is_eos = tokens == EOS_ID

@@ -35,6 +35,9 @@ from t2t_jax.special_tokens import BOS_ID, PAD_ID
 
 Array = jax.Array
 NEG_INF = -1e9  # additive mask: exp(-1e9) is exactly 0 in float32
+# The named scope of the output projection (and, in training, its loss): step profiles
+# (tools/step_profile.py) tell its instructions apart by it.
+OUTPUT_SCOPE = "output_layer"
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,28 +132,46 @@ class MultiHeadAttention(nn.Module):
 
   def setup(self):
     h, d_k, d_v = self.cfg.num_heads, self.cfg.d_k, self.cfg.d_v
-    self.query = kernels.dense(self.cfg, h * d_k, False)
-    self.key = kernels.dense(self.cfg, h * d_k, False)
-    self.value = kernels.dense(self.cfg, h * d_v, False)
+    # Fused: the same parameter matrices, multiplied side by side (`cpu_kernels.project`).
+    layer = kernels.Kernel if self._fused else (lambda n: kernels.dense(self.cfg, n, False))
+    self.query, self.key, self.value = layer(h * d_k), layer(h * d_k), layer(h * d_v)
     self.out = kernels.dense(self.cfg, self.cfg.d_model, False)
     self.weights_dropout = Dropout(self.cfg.attention_dropout, self.first_row)
 
+  @property
+  def _fused(self) -> bool:
+    return backend.fused_projections(self.cfg.fused_projections)
+
+  def _project(self, x: Array, which: tuple[str, ...]) -> list[Array]:
+    """x [b, L, d_model] through the named projections, heads split: [b, L, h, d_k or d_v]."""
+    layers = [getattr(self, name) for name in which]
+    if self._fused:
+      ys = kernels.project(self.cfg, x, [layer(x.shape[-1]) for layer in layers])
+    else:
+      ys = [layer(x) for layer in layers]
+    return [y.reshape(*x.shape[:2], self.cfg.num_heads, -1) for y in ys]
+
+  def project_qkv(self, x: Array) -> tuple[Array, Array, Array]:
+    """Self-attention's queries (scaled, section 3.2.1), keys and values of x [b, L, d]."""
+    q, k, v = self._project(x, ("query", "key", "value"))
+    return q * (1.0 / math.sqrt(self.cfg.d_k)), k, v
+
+  def project_q(self, x_q: Array) -> Array:
+    """Queries [b, L, h, d_k], scaled by 1/sqrt(d_k) (scaled dot-product attention, 3.2.1)."""
+    return self._project(x_q, ("query",))[0] * (1.0 / math.sqrt(self.cfg.d_k))
+
   def project_kv(self, x_kv: Array) -> tuple[Array, Array]:
     """[b, L, d_model] -> keys [b, L, h, d_k], values [b, L, h, d_v]."""
-    b, length, _ = x_kv.shape
-    cfg = self.cfg
-    k = self.key(x_kv).reshape(b, length, cfg.num_heads, cfg.d_k)
-    v = self.value(x_kv).reshape(b, length, cfg.num_heads, cfg.d_v)
+    k, v = self._project(x_kv, ("key", "value"))
     return k, v
 
-  def attend(self, x_q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
+  def attend(self, q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
              mask: "KeyMask | None" = None) -> Array:
-    """`bias` masks the einsum path; the fused path takes the same mask as `mask` (key
-    lengths and causality), which cuDNN applies inside its kernel without a bias tensor."""
+    """Attention of scaled queries q [b, Lq, h, d_k] over keys and values. `bias` masks the
+    einsum path; the fused path takes the same mask as `mask` (key lengths and causality),
+    which cuDNN applies inside its kernel without a bias tensor."""
     cfg = self.cfg
-    b, lq, _ = x_q.shape
-    q = self.query(x_q).reshape(b, lq, cfg.num_heads, cfg.d_k)
-    q = q * (1.0 / math.sqrt(cfg.d_k))  # scaled dot-product attention, section 3.2.1
+    b, lq = q.shape[:2]
     if cfg.fused_attention:
       dt = kernels.compute_dtype(cfg)
       kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
@@ -166,8 +187,8 @@ class MultiHeadAttention(nn.Module):
     out = kernels.einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
 
-  def attend_group(self, x_q: Array, k: Array, v: Array, bias: Array) -> Array:
-    """Attention for cached decoding: the n queries [b * n, 1, d_model] of each of b groups
+  def attend_group(self, q: Array, k: Array, v: Array, bias: Array) -> Array:
+    """Attention for cached decoding: the n scaled queries [b * n, 1, h, d_k] of each of b groups
     (a sentence's beams) over the group's keys and values [b, h, S, d], heads first (the
     layout the products read); `bias` [b, 1, n, S] says which keys each query sees.
 
@@ -176,8 +197,8 @@ class MultiHeadAttention(nn.Module):
     """
     cfg = self.cfg
     b, _, length, _ = k.shape
-    n = x_q.shape[0] // b
-    q = self.query(x_q).reshape(b, n, cfg.num_heads, cfg.d_k) * (1.0 / math.sqrt(cfg.d_k))
+    n = q.shape[0] // b
+    q = q.reshape(b, n, cfg.num_heads, cfg.d_k)
     # Heads first before the products: XLA:CPU ran the products 2.5x slower when they
     # transposed the queries themselves.
     q = q.transpose(0, 2, 1, 3)
@@ -186,10 +207,14 @@ class MultiHeadAttention(nn.Module):
     out = kernels.einsum(cfg, "bhns,bhsd->bhnd", weights, v).transpose(0, 2, 1, 3)
     return self.out(out.reshape(b * n, 1, cfg.num_heads * cfg.d_v))
 
-  def __call__(self, x_q: Array, x_kv: Array, bias: Array, train: bool = False,
+  def __call__(self, x_q: Array, x_kv: Array | None, bias: Array, train: bool = False,
                mask: "KeyMask | None" = None) -> Array:
-    k, v = self.project_kv(x_kv)
-    return self.attend(x_q, k, v, bias, train, mask)
+    """Attention of x_q over x_kv; x_kv None is self-attention (one product for Q, K, V)."""
+    if x_kv is None:
+      q, k, v = self.project_qkv(x_q)
+    else:
+      q, (k, v) = self.project_q(x_q), self.project_kv(x_kv)
+    return self.attend(q, k, v, bias, train, mask)
 
 
 class FeedForward(nn.Module):
@@ -208,6 +233,13 @@ class FeedForward(nn.Module):
 # The encoder and decoder layers (section 3.1)
 
 
+def layer_norm(cfg: ModelConfig, name: str | None = None) -> nn.LayerNorm:
+  """LayerNorm whose output is the residual stream's dtype (`model.residual_dtype`); Flax
+  computes its mean and variance in float32 whatever that dtype is."""
+  return nn.LayerNorm(dtype=kernels.residual_dtype(cfg), name=name)
+
+
+
 class EncoderLayer(nn.Module):
   cfg: ModelConfig
   first_row: Array | int = 0
@@ -217,9 +249,9 @@ class EncoderLayer(nn.Module):
                self_mask: KeyMask | None = None) -> Array:
     row = self.first_row
     drop = lambda y: Dropout(self.cfg.dropout, row)(y, deterministic=not train)
-    x = nn.LayerNorm(name="ln_self_attention")(x + drop(MultiHeadAttention(
-        self.cfg, row, name="self_attention")(x, x, self_bias, train, self_mask)))
-    return nn.LayerNorm(name="ln_ffn")(
+    x = layer_norm(self.cfg, "ln_self_attention")(x + drop(MultiHeadAttention(
+        self.cfg, row, name="self_attention")(x, None, self_bias, train, self_mask)))
+    return layer_norm(self.cfg, "ln_ffn")(
         x + drop(FeedForward(self.cfg, row, name="ffn")(x, train)))
 
 
@@ -237,9 +269,9 @@ class DecoderLayer(nn.Module):
     self.self_attention = MultiHeadAttention(self.cfg, self.first_row)
     self.cross_attention = MultiHeadAttention(self.cfg, self.first_row)
     self.ffn = FeedForward(self.cfg, self.first_row)
-    self.ln_self_attention = nn.LayerNorm()
-    self.ln_cross_attention = nn.LayerNorm()
-    self.ln_ffn = nn.LayerNorm()
+    self.ln_self_attention = layer_norm(self.cfg)
+    self.ln_cross_attention = layer_norm(self.cfg)
+    self.ln_ffn = layer_norm(self.cfg)
     self.dropout = Dropout(self.cfg.dropout, self.first_row)
 
   def _ffn(self, y, train):
@@ -249,7 +281,7 @@ class DecoderLayer(nn.Module):
                train: bool, self_mask: KeyMask | None = None,
                cross_mask: KeyMask | None = None) -> Array:
     drop = lambda z: self.dropout(z, deterministic=not train)
-    y = self.ln_self_attention(y + drop(self.self_attention(y, y, self_bias, train, self_mask)))
+    y = self.ln_self_attention(y + drop(self.self_attention(y, None, self_bias, train, self_mask)))
     y = self.ln_cross_attention(y + drop(self.cross_attention(y, encoded, cross_bias, train,
                                                               cross_mask)))
     return self._ffn(y, train)
@@ -278,13 +310,13 @@ class DecoderLayer(nn.Module):
     b, h, beams, length, _ = cache["self_k"].shape
     put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(
         c, x.reshape(b, beams, h, 1, -1).transpose(0, 2, 1, 3, 4), position, axis=3)
-    k, v = self.self_attention.project_kv(y)
+    q, k, v = self.self_attention.project_qkv(y)
     self_k, self_v = put(cache["self_k"], k), put(cache["self_v"], v)
     flat = lambda c: c.reshape(b, h, beams * length, -1)
     y = self.ln_self_attention(y + self.self_attention.attend_group(
-        y, flat(self_k), flat(self_v), self_bias))
+        q, flat(self_k), flat(self_v), self_bias))
     y = self.ln_cross_attention(y + self.cross_attention.attend_group(
-        y, cache["cross_k"], cache["cross_v"], cross_bias))
+        self.cross_attention.project_q(y), cache["cross_k"], cache["cross_v"], cross_bias))
     return self._ffn(y, False), {**cache, "self_k": self_k, "self_v": self_v}
 
 
@@ -317,7 +349,8 @@ class Transformer(nn.Module):
 
   def _embed(self, tokens: Array, positions: nn.Module, train: bool) -> Array:
     x = self.embed(tokens) * math.sqrt(self.cfg.d_model)
-    return self.embed_dropout(positions(x), deterministic=not train)
+    x = self.embed_dropout(positions(x), deterministic=not train)
+    return x.astype(kernels.residual_dtype(self.cfg))
 
   def encode(self, inputs: Array, train: bool = False) -> Array:
     """[batch, src_len] token ids -> [batch, src_len, d_model]."""
@@ -381,8 +414,13 @@ class Transformer(nn.Module):
     return self.logits(y)[:, 0], new_cache
 
   def logits(self, y: Array) -> Array:
-    """Pre-softmax projection with the shared embedding matrix (section 3.4)."""
-    return kernels.tied_logits(y, self.embed.embedding, self.cfg)
+    """Pre-softmax projection with the shared embedding matrix (section 3.4), or with its
+    copy in the compute dtype when `inference_variables` made one."""
+    embedding = self.embed.embedding
+    if self.has_variable(COMPUTE_COPIES, "embedding"):
+      embedding = self.get_variable(COMPUTE_COPIES, "embedding")
+    with jax.named_scope(OUTPUT_SCOPE):
+      return kernels.tied_logits(y, embedding, self.cfg)
 
   def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
     """Teacher-forced logits for `targets` (which end in EOS, padded with PAD)."""
@@ -488,6 +526,26 @@ def train_bytes_per_token(cfg: ModelConfig, length: int, full_logits: bool) -> f
   decoder = 2 * attention + ffn + 4 * d
   logits = 8 * cfg.vocab_size if full_logits else 0
   return 1.5 * (cfg.num_encoder_layers * encoder + cfg.num_layers * decoder + logits)
+
+
+COMPUTE_COPIES = "compute_copies"  # the variable collection of `inference_variables`' copies
+
+
+def inference_variables(params: Any, cfg: ModelConfig) -> dict[str, Any]:
+  """The variables a decoder applies the model with: in bf16, a bf16 copy of the embedding
+  for the output projection and, on the plain path, every dense matrix ("kernel") in bf16,
+  made once before a search instead of at each of its steps. The products read the same
+  bf16 values either way (they cast their float32 inputs), so the search finds the same
+  hypotheses; biases, LayerNorm and the embedding lookup keep float32. (Where the dense
+  layers promote their matrices to float32 first, XLA:CPU's path, they stay float32.)"""
+  if cfg.dtype != "bfloat16":
+    return {"params": params}
+  if kernels.dense_reads_bf16_as_is(cfg):
+    cast = lambda path, x: (x.astype(jnp.bfloat16)
+                            if getattr(path[-1], "key", None) == "kernel" else x)
+    params = jax.tree_util.tree_map_with_path(cast, params)
+  return {"params": params,
+          COMPUTE_COPIES: {"embedding": params["embed"]["embedding"].astype(jnp.bfloat16)}}
 
 
 def count_params(tree: Any) -> int:

@@ -184,11 +184,13 @@ def model_loss_sums(transformer: model.Transformer, params: Any, inputs: jax.Arr
   chunk = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens)
   if not chunk:
     logits = transformer.apply({"params": params}, inputs, targets, train=train, rngs=rngs)
-    return loss_sums(logits, targets, cfg.model.label_smoothing)
+    with jax.named_scope(model.OUTPUT_SCOPE):  # for step profiles (tools/step_profile.py)
+      return loss_sums(logits, targets, cfg.model.label_smoothing)
   features = transformer.apply({"params": params}, inputs, targets, train=train, rngs=rngs,
                                method=model.Transformer.features)
-  return chunked_loss_sums(features, params["embed"]["embedding"], targets, cfg.model, chunk,
-                           lean=cfg.train.lean_loss)
+  with jax.named_scope(model.OUTPUT_SCOPE):
+    return chunked_loss_sums(features, params["embed"]["embedding"], targets, cfg.model,
+                             chunk, lean=cfg.train.lean_loss)
 
 
 def _smoothed_target(label_smoothing: float, vocab: int) -> tuple[float, float]:
@@ -239,6 +241,9 @@ def _token_losses_bwd(label_smoothing, residuals, cotangents):
 _token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
+OPTIMIZER_SCOPE = "optimizer"  # the named scope of the update, for step profiles
+
+
 def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
                lr_factor: jax.Array | float = 1.0, *, cfg: ExperimentConfig,
                optimizer: optax.GradientTransformation,
@@ -287,13 +292,16 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
   # step. The check reads only what exists before the update (not the new parameters, whose
   # norm cost a second pass over the state), so XLA can compute Adam's moments, the update
   # and the choice of new or old state in one elementwise pass per parameter.
-  finite = update_is_finite(loss, grads)
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
-  params = jax.tree_util.tree_map(lambda p, u: jnp.where(finite, p + u * lr_factor, p),
-                                  state.params, updates)
+  with jax.named_scope(OPTIMIZER_SCOPE):  # for step profiles (tools/step_profile.py)
+    finite = update_is_finite(loss, grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new,
+                                                   old)
+    params = jax.tree_util.tree_map(lambda p, u: jnp.where(finite, p + u * lr_factor, p),
+                                    state.params, updates)
+    opt_state = keep(opt_state, state.opt_state)
   new_state = TrainState(
-      step=state.step + 1, params=params, opt_state=keep(opt_state, state.opt_state),
+      step=state.step + 1, params=params, opt_state=opt_state,
       bad_step=jnp.where((state.bad_step < 0) & ~finite, state.step + 1, state.bad_step))
   metrics = {"loss": loss / tokens, "nll": nll / tokens,
              "tokens": tokens * jax.lax.psum(1, axis_name),

@@ -319,3 +319,78 @@ def test_sequence_scores_are_log_probabilities_and_an_ensemble_averages_probabil
   expected = sum(float(np.log((np.exp(la[1, t, tok]) + np.exp(lb[1, t, tok])) / 2))
                  for t, tok in enumerate([5, EOS_ID]))
   assert float(both[1]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_best_candidates_are_log_softmax_then_one_top_k_over_all_candidates():
+  """The lean choice (each row's best first, no [hypotheses, vocabulary] log-probabilities
+  written) picks what log_softmax, the bans and one top_k over all k * vocab candidates pick,
+  with ties (logits on a coarse grid tie often), for one model and for an ensemble."""
+  rng = np.random.default_rng(0)
+  b, k, vocab, m = 5, 3, 12, 6
+  for trial in range(20):
+    logits = [np.round(rng.normal(size=(b, k, vocab)) * 2) / 2 for _ in range(1 + trial % 2)]
+    live = np.round(rng.normal(size=(b, k)) * 2) / 2
+    live[0, 1:] = decode.NEG_INF                       # a first step: one live hypothesis
+    banned = rng.random((b, 1, vocab)) < 0.2
+    banned[1, 0, 1:] = True                            # only token 0 allowed: few candidates
+    probs = [np.exp(x - x.max(-1, keepdims=True)) for x in logits]
+    logp = np.log(np.mean([p / p.sum(-1, keepdims=True) for p in probs], axis=0))
+    # In float32, as the search adds them (a banned candidate's live + NEG_INF rounds).
+    cand = (np.float32(live)[:, :, None] + np.where(banned, np.float32(decode.NEG_INF),
+                                                   np.float32(logp))).reshape(b, k * vocab)
+    best = -np.sort(-cand, axis=1)[:, :m]
+    got_logp, got_beam, got_token = decode.best_candidates(
+        jnp.asarray(live, jnp.float32), [jnp.asarray(x, jnp.float32) for x in logits],
+        jnp.asarray(banned), m)
+    got = np.asarray(got_beam) * vocab + np.asarray(got_token)
+    # The m best values, best first, each at a candidate that has it, none twice (which of
+    # two equal candidates comes first is top_k's choice, as it was for one top_k).
+    np.testing.assert_allclose(got_logp, best, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.take_along_axis(cand, got, 1), best, rtol=1e-5, atol=1e-5)
+    assert all(len(set(row)) == m for row in got)
+
+
+def _converts_of(jaxpr, shapes) -> list:
+  """convert_element_type eqns of `jaxpr` and its sub-jaxprs whose input has one of `shapes`."""
+  from jax.extend import core as jcore
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "convert_element_type" and tuple(eqn.invars[0].aval.shape) in shapes:
+      found.append(eqn)
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else [value]:
+        if isinstance(sub, jcore.ClosedJaxpr):
+          found += _converts_of(sub.jaxpr, shapes)
+        elif isinstance(sub, jcore.Jaxpr):
+          found += _converts_of(sub, shapes)
+  return found
+
+
+@pytest.mark.parametrize("implementation", ["plain", "cpu_tuned"])
+def test_a_bf16_search_casts_its_weights_once_outside_its_loop_and_finds_the_same(
+    params, implementation, monkeypatch):
+  """In bf16 the weights are cast before the search's loop (model.inference_variables), not
+  at each of its steps (on cpu_tuned, whose dense layers take float32 matrices, the output
+  projection's), and the search finds what it found with float32 weights that every product
+  cast itself."""
+  cfg = dataclasses.replace(TINY, dtype="bfloat16", implementation=implementation)
+  src = _sources([6, 2, 4], 8, seed=4)
+  state = decode.search_start(params, src, cfg, 3, 6)
+  jaxpr = jax.make_jaxpr(lambda p, st: decode.search_steps(p, st, jnp.int32(16), cfg, 0.6))(
+      params, state).jaxpr
+  loops = [e for e in jaxpr.eqns if e.primitive.name == "while"]
+  shapes = ({tuple(x.shape) for x in jax.tree_util.tree_leaves(params) if x.ndim == 2}
+            if implementation == "plain" else {tuple(params["embed"]["embedding"].shape)})
+  assert len(loops) == 1
+  assert _converts_of(loops[0].params["body_jaxpr"].jaxpr, shapes) == []
+  assert len(_converts_of(jaxpr, shapes)) > 0       # the casts are there, before the loop
+  lean = decode.beam_search(params, src, cfg, 3, 0.6, 6)
+  # Before: float32 weights, which every product cast inside the loop.
+  monkeypatch.setattr(model, "inference_variables", lambda p, c: {"params": p})
+  jaxpr = jax.make_jaxpr(lambda p, st: decode.search_steps(p, st, jnp.int32(16), cfg, 0.6))(
+      params, state).jaxpr
+  loop = next(e for e in jaxpr.eqns if e.primitive.name == "while")
+  assert len(_converts_of(loop.params["body_jaxpr"].jaxpr, shapes)) > 0
+  before = decode.beam_search(params, src, cfg, 3, 0.6, 6)
+  np.testing.assert_array_equal(np.asarray(lean[0]), np.asarray(before[0]))
+  np.testing.assert_allclose(np.asarray(lean[1]), np.asarray(before[1]), atol=1e-5)

@@ -293,6 +293,16 @@ def test_attention_weights_are_recorded_per_head():
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
 
 
+def _assert_same_beam_search(params, inputs, cfg_a, cfg_b):
+  """Beam search (beam 2) finds the same hypotheses with the same scores under both configs."""
+  from t2t_jax import decode
+  beams = [jax.jit(lambda p, x: decode.beam_search(p, x, cfg=c, beam_size=2, alpha=0.6,
+                                                   max_extra_length=4))(params, inputs)
+           for c in (cfg_a, cfg_b)]
+  np.testing.assert_array_equal(beams[0][0], beams[1][0])
+  np.testing.assert_allclose(beams[0][1], beams[1][1], atol=1e-4)
+
+
 def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches():
   """The fused kernel takes padding as key lengths and causality as a flag (no bias tensor):
   on right-padded batches it computes what the additive bias does, and so does cached
@@ -321,12 +331,7 @@ def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches
       {"params": p}, inputs, targets))(params))
   assert "-1000000000.0" not in jaxpr and "-1e+09" not in jaxpr
 
-  from t2t_jax import decode
-  beams = [jax.jit(lambda p, x: decode.beam_search(p, x, cfg=c, beam_size=2, alpha=0.6,
-                                                   max_extra_length=4))(params, inputs)
-           for c in (cfg, fused)]
-  np.testing.assert_array_equal(beams[0][0], beams[1][0])
-  np.testing.assert_allclose(beams[0][1], beams[1][1], atol=1e-4)
+  _assert_same_beam_search(params, inputs, cfg, fused)
 
 
 def test_a_row_of_padding_only_stays_finite_with_fused_attention():
@@ -360,3 +365,52 @@ def test_memory_estimate_per_token_covers_what_xla_allocates(full_logits):
   planned = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
   estimate = model.train_bytes_per_token(cfg, length, full_logits) * batch * length
   assert planned <= estimate <= 3 * planned
+
+
+@pytest.mark.parametrize("implementation", ["plain", "cpu_tuned"])
+def test_fused_projections_are_the_same_parameters_and_the_same_function(implementation):
+  """Q, K and V as one product over the matrices side by side: the parameter tree and its
+  initial values are those of three dense layers (checkpoints and exports do not change),
+  and the logits, gradients and beam search are theirs; d_k != d_v (Table 3 row B) splits."""
+  cfg = dataclasses.replace(TINY, d_v=4, implementation=implementation,
+                            fused_projections=False)
+  fused = dataclasses.replace(cfg, fused_projections=True)
+  params = _params(cfg)
+  fused_params = _params(fused)
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(fused_params)
+  for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(fused_params)):
+    np.testing.assert_array_equal(a, b)
+  rng = np.random.default_rng(8)
+  inputs = jnp.asarray(_tokens(rng, 3, 9, cfg.vocab_size, lengths=[9, 4, 6]))
+  targets = jnp.asarray(_tokens(rng, 3, 7, cfg.vocab_size, lengths=[3, 7, 5]))
+
+  def loss_and_logits(c, p):
+    logits = model.Transformer(c).apply({"params": p}, inputs, targets)
+    return jnp.sum(jax.nn.log_softmax(logits)[..., 7]), logits
+  grad = jax.jit(jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True),
+                 static_argnums=0)
+  (la, logits_a), ga = grad(cfg, params)
+  (lb, logits_b), gb = grad(fused, params)
+  np.testing.assert_allclose(logits_b, logits_a, atol=1e-5)
+  for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+    np.testing.assert_allclose(y, x, atol=1e-5)
+
+  _assert_same_beam_search(params, inputs, cfg, fused)
+
+
+def test_fused_projections_are_one_product_per_attention_block_on_the_gpu_path():
+  """The lowered plain bf16 forward pass (what a GPU runs) has one [d, 3 h d_k] product per
+  self-attention block and one [d, 2 h d_k] product per cross-attention block, and no
+  separate query, key or value product of the encoder's input width beside them."""
+  cfg = dataclasses.replace(TINY, num_heads=3, d_k=5, d_v=5, implementation="plain",
+                            dtype="bfloat16", fused_projections=True)
+  params = _params(cfg)
+  inputs = jnp.ones((2, 6), jnp.int32) * 7
+  hlo = jax.jit(lambda p: model.Transformer(cfg).apply({"params": p}, inputs, inputs)).lower(
+      params).as_text()
+  widths = [int(m) for m in __import__("re").findall(
+      r"stablehlo\.dot_general[^\n]*-> tensor<\d+x\d+x(\d+)xbf16>", hlo)]
+  layers = cfg.num_layers
+  assert widths.count(3 * 15) == 2 * layers           # encoder and decoder self-attention
+  assert widths.count(2 * 15) == layers               # cross-attention's keys and values
+  assert widths.count(15) == layers                   # cross-attention's queries only

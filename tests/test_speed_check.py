@@ -54,3 +54,24 @@ def test_eight_gpu_projection_adds_the_ring_allreduce_to_the_share_step():
   assert p["projection"] and p["measured_share_step_ms"] == 5.0
   assert p["allreduce_ms"] == pytest.approx(1.10, abs=0.01)
   assert p["target_tokens_per_sec"] == round(8 * 3200 / 6.1025e-3)
+
+
+def test_xla_levers_are_ratios_to_the_defaults_measured_beside_them():
+  data = {"quick": False, "jax": {},
+          "xla defaults": {"xla_flag": "", "train base {}": {"target_tokens_per_sec": 500e3}},
+          "xla cuBLAS products only (no Triton GEMM)": {
+              "xla_flag": "--xla_gpu_enable_triton_gemm=false",
+              "train base {}": {"target_tokens_per_sec": 550e3}},
+          "xla cuBLASLt products": {"xla_flag": "--xla_gpu_enable_cublaslt=true",
+                                    "error": "exited with 1"}}
+  s = speed_check.summarise(data)
+  assert s["levers_over_defaults"] == {"xla: cuBLAS products only (no Triton GEMM)": 1.1,
+                                       "xla: cuBLASLt products": None}
+
+
+def test_the_bf16_result_peak_is_read_beside_the_float32_result_peak():
+  data = _data()
+  data["jax"]["matmul_peak_bf16_out"] = 700e12
+  s = speed_check.summarise(data)
+  assert s["matmul_peak_bf16_out"] == 700e12
+  assert s["matmul_peak_bf16_out_over_f32_out"] == round(700 / 780, 3)

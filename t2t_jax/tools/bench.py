@@ -49,6 +49,8 @@ flags.DEFINE_integer("length", None, "Train: tokens per side per sentence (defau
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (the median is reported).")
 flags.DEFINE_string("dataset", None, "Input: the data source (default: the experiment's).")
 flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
+flags.DEFINE_bool("parts", True, "Profile: also time each part of the step on its own (one "
+                  "compilation each) after the traced step's breakdown.")
 flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config field of the "
                           "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
 flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
@@ -56,6 +58,8 @@ flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the f
 flags.DEFINE_bool("quick", False, "Device check: tiny models and runs (minutes on a CPU).")
 flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to write.")
 flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
+flags.DEFINE_bool("xla_levers", False, "Speed check: what each candidate XLA GPU option "
+                  "(speed_check.XLA_LEVERS) is worth instead.")
 flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
                     "repository, else ../shared/peers).")
 flags.DEFINE_string("workdir", None, "Deploy: the trained run to export and compare.")
@@ -157,22 +161,24 @@ def _dense_dots(m, src_tokens: int, tgt_tokens: int) -> list[tuple[str, int, int
 
 
 def run_profile(workload: str | None) -> None:
-  """Where one train step's time goes, as a cost table by kind of operation.
+  """Where one train step's time goes.
 
-  Each part is timed on its own at the step's real shapes: the full step, the
-  step without dropout, forward only, forward + backward, the optimiser update,
-  the loss, every projection matmul (forward, input gradient, weight gradient),
-  and the attention cores. One JSON line per part, with its share of the full
-  step. Then the trainer's step is traced with `jax.profiler` and its most
-  expensive XLA ops are listed with the JAX operation each came from
-  (`"part": "xla op ..."`): the table says what kind of work costs, the ops say
-  which instruction to look at.
+  First the trainer's step (its pmapped step, one device, one micro-batch of the workload's
+  shape) is traced with `jax.profiler` and its device time broken down by kind of kernel and
+  by region of the model, with the device's busy time against the wall time and the
+  costliest instructions (`tools/step_profile.py`; one JSON line, `"part": "trace"`), beside
+  the matmul peak with float32 and with bf16 results. Then, unless `--noparts` (on a GPU each
+  part is one more compilation), each part is timed on its own at the step's shapes: the
+  step without dropout, forward only, forward + backward, the optimiser update, the loss,
+  every projection matmul (forward, input gradient, weight gradient) and the attention cores,
+  with its share of the full step.
   """
   import jax
   import jax.numpy as jnp
   import numpy as np
   from t2t_jax import model, optim, parallel, train
   from t2t_jax.config import override
+  from t2t_jax.tools import step_profile
   workload = workload or "small"
   cfg = _experiment(FLAGS.experiment, workload, FLAGS.dtype)
   shape = WORKLOADS.get(workload, WORKLOADS["small"])
@@ -217,8 +223,23 @@ def run_profile(workload: str | None) -> None:
     return loss
 
   _log(f"profile: {workload}, 1 device, {batch} x {length} tokens per side")
-  peak = matmul_peak(FLAGS.dtype)
+  on_cpu = jax.default_backend() == "cpu"
+  peak_n, calls = (2048, 1) if on_cpu else (8192, 10)
+  peak = matmul_peak(FLAGS.dtype, n=peak_n, calls=calls)
   step = full_step(cfg)
+  run_step, hlo = traced[0]
+  trace = step_profile.profile(run_step, hlo(), steps=max(3, FLAGS.repeats))
+  peaks = {"matmul_peak_f32_out": peak}
+  if FLAGS.dtype == "bfloat16":
+    peaks["matmul_peak_bf16_out"] = matmul_peak(FLAGS.dtype, n=peak_n, calls=calls,
+                                                out_dtype="bfloat16")
+  _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": "trace",
+         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+         "batch": batch, "length": length, "step_ms": round(step * 1e3, 3),
+         **{k: int(v) for k, v in peaks.items()}, **trace})
+  _log(step_profile.summary(trace))
+  if not FLAGS.parts:
+    return
   flops = train_flops(m, batch, length, length)
   parts: list[tuple[str, float]] = [("train step (trainer's pmapped step, 1 device)", step)]
   no_dropout = {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.relu_dropout": 0.0}
@@ -257,48 +278,6 @@ def run_profile(workload: str | None) -> None:
   for name, seconds in parts:
     _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": name,
            "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3)})
-  run_step, hlo = traced[0]
-  for op, seconds, origin in xla_op_times(run_step, hlo(), steps=FLAGS.repeats)[:15]:
-    _emit({"what": "profile", "workload": workload, "dtype": m.dtype, "part": f"xla op {op}",
-           "ms": round(seconds * 1e3, 1), "share_of_step": round(seconds / step, 3),
-           "from": origin})
-
-
-def xla_op_times(run, hlo_text: str, steps: int) -> list[tuple[str, float, str]]:
-  """(HLO instruction, seconds per call of `run`, JAX operation it came from), costliest first.
-
-  From a `jax.profiler` trace of `steps` calls: XLA:CPU records one event per
-  executed instruction on its worker threads. Times are summed over threads, so
-  instructions that ran side by side can add up to more than the step.
-  """
-  import collections
-  import glob
-  import re
-  import tempfile
-  import jax
-  from jax.profiler import ProfileData
-  origin = {}
-  for line in hlo_text.splitlines():
-    found = re.match(r'\s*(?:ROOT )?%?([\w.\-]+) = .*?op_name="([^"]*)"', line)
-    if found:
-      name = re.sub(r"^(jit|pmap)\([^)]*\)/", "", found.group(2))
-      origin[found.group(1)] = name if len(name) <= 110 else "..." + name[-107:]
-  totals: collections.Counter = collections.Counter()
-  with tempfile.TemporaryDirectory() as tmp:
-    with jax.profiler.trace(tmp):
-      for _ in range(steps):
-        jax.block_until_ready(run())
-    paths = glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)
-    if not paths:
-      _log("profile: jax.profiler wrote no trace, so no per-op times")
-      return []
-    data = ProfileData.from_file(paths[0])
-  for plane in data.planes:
-    for line in plane.lines:
-      for event in line.events:
-        if event.name in origin:
-          totals[event.name] += event.duration_ns
-  return [(op, ns * 1e-9 / steps, origin[op]) for op, ns in totals.most_common()]
 
 
 # The micro model of `--what=host`: a step so cheap that the loop's own work shows, on the
@@ -444,7 +423,8 @@ def main(argv: list[str]) -> None:
   if FLAGS.what == "speed_check":  # this process never starts JAX: see speed_check.py
     from t2t_jax.tools import speed_check
     out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
-    sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers))
+    sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers,
+                                 xla_levers=FLAGS.xla_levers))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError

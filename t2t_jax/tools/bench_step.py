@@ -22,9 +22,10 @@ def median_time(fn, repeats: int) -> float:
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5, calls: int = 1,
-                warmup_sec: float = 0.0) -> float:
+                warmup_sec: float = 0.0, out_dtype: str = "float32") -> float:
   """FLOP/s of a jitted n x n dot on one device (bf16 inputs accumulate in float32), on
-  random data (a GPU runs zeros faster: less switching power).
+  random data (a GPU runs zeros faster: less switching power). Its result is float32, or
+  `out_dtype` (bf16 results are what the plain path's bf16 layers ask for).
 
   `calls` dots are queued back to back per timing, so that the wait for the result is paid
   once and not per dot (at 8192^3 one dot is ~1.4 ms on an H100: a per-call round trip of
@@ -36,7 +37,8 @@ def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5, calls: int = 1,
   in_dtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(in_dtype)
   b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(in_dtype)
-  dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+  out = jnp.bfloat16 if out_dtype == "bfloat16" else jnp.float32
+  dot = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=out))
   jax.block_until_ready(dot(a, b))
   end = time.perf_counter() + warmup_sec
   while time.perf_counter() < end:

@@ -15,6 +15,8 @@ What it measures, in this order (about 7 minutes on one H100 or H200):
 
 `--levers` measures instead what each step lever of t2t_jax/backend.py is worth: base and
 big at the same shapes with the trainer's defaults and with one lever changed at a time.
+`--xla_levers` measures base with each candidate XLA GPU option of `XLA_LEVERS` beside the
+trainer's own options, each in a process of its own (about 6 minutes on one GPU).
 
 The JAX process starts after the trainer's has ended and the peers after the JAX process
 has ended: a process that has started JAX holds most of the GPU's memory until it exits.
@@ -144,6 +146,11 @@ def jax_part(spec: dict[str, Any]) -> None:
   emit("matmul_peak", lambda: bench_step.matmul_peak(
       "bfloat16", n=1024 if quick else 8192, repeats=5, calls=3 if quick else 20,
       warmup_sec=0.2 if quick else 2.0))
+  # The same product with bf16 results, as the plain path's bf16 layers ask for it (torch's
+  # peak is read this way): the two readings differ where cuBLAS picks other kernels.
+  emit("matmul_peak_bf16_out", lambda: bench_step.matmul_peak(
+      "bfloat16", n=1024 if quick else 8192, repeats=5, calls=3 if quick else 20,
+      out_dtype="bfloat16"))
   for name, sets in spec["train"]:
     emit(f"train {name} {json.dumps(sets, sort_keys=True)}",
          lambda: _train_case(name, quick, sets, n))
@@ -239,6 +246,9 @@ LEVERS = [
     ("base", "defaults", {}),
     ("base", "autodiff loss (train.lean_loss=false)", {"train.lean_loss": False}),
     ("big", "autodiff loss (train.lean_loss=false)", {"train.lean_loss": False}),
+    ("base", "bf16 residual stream", {"model.residual_dtype": "bfloat16"}),
+    ("base", "three Q, K, V products", {"model.fused_projections": False}),
+    ("big", "bf16 residual stream", {"model.residual_dtype": "bfloat16"}),
     ("base", "fused attention", {"model.fused_attention": True}),
     ("base", "whole logits", {"train.loss_chunk_tokens": 0}),
     ("base", "one GPU's share of 8 (3,200 tokens)", {"share_of": 8}),
@@ -248,6 +258,18 @@ LEVERS = [
     ("big", "defaults", {}),
     ("big", "fused attention", {"model.fused_attention": True}),
 ]
+
+
+# XLA GPU options that may make the step faster, each measured by `--xla_levers` against the
+# trainer's own options (backend.GPU_XLA_FLAGS) in a process of its own (XLA reads its flags
+# once): a candidate joins GPU_XLA_FLAGS only when it measures faster.
+XLA_LEVERS = [
+    ("cuBLAS products only (no Triton GEMM)", "--xla_gpu_enable_triton_gemm=false"),
+    ("command buffers with while loops and conditionals",
+     "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONALS,WHILE"),
+    ("cuBLASLt products", "--xla_gpu_enable_cublaslt=true"),
+]
+XLA_LEVER_SEC = 110.0  # one process: start, compile (~41 s for base on an H200), measure
 
 
 # 8 GPUs on paper: NCCL's ring all-reduce moves 2 (k - 1) / k of the gradient's bytes through
@@ -281,13 +303,15 @@ def eight_gpu_projection(share: dict[str, Any]) -> dict[str, Any]:
 BUDGET_SEC = 540.0
 
 
-def run(quick: bool, out: str, levers: bool = False, peers: str | None = None) -> int:
+def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
+        xla_levers: bool = False) -> int:
   """Runs every part; returns the exit code (1 when a part failed)."""
   log_dir = os.path.dirname(os.path.abspath(out))
   os.makedirs(log_dir, exist_ok=True)
   log = os.path.join(log_dir, "speed_check_runs.log")
   report = Report(out, quick)
-  report.data["what"] = "speed_check_levers" if levers else "speed_check"
+  report.data["what"] = ("speed_check_xla_levers" if xla_levers else
+                         "speed_check_levers" if levers else "speed_check")
   peers = peers or default_peers()
   env = dict(os.environ)
   # The trainer's compilation cache (as `main` sets it): the bare step of the trainer's shape
@@ -297,7 +321,14 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None) -
   deadline = time.time() + (900.0 if quick else BUDGET_SEC)
   child = [sys.executable, "-m", "t2t_jax.tools.speed_check"]
 
-  if levers:
+  if xla_levers:
+    spec = {"quick": quick, "train": [("base", {})]}
+    for title, flag in [("defaults", "")] + XLA_LEVERS:
+      flags = " ".join(f for f in (env.get("XLA_FLAGS", ""), flag) if f)
+      lines, error = _run_lines(child + ["--spec", json.dumps(spec)],
+                                {**env, "XLA_FLAGS": flags}, XLA_LEVER_SEC, log)
+      report.section(f"xla {title}", lambda: {"xla_flag": flag, **_collect(lines, error)})
+  elif levers:
     spec = {"quick": quick, "train": [(name, sets) for name, _, sets in LEVERS]}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env, 420.0, log)
     report.section("jax", lambda: _collect(lines, error))
@@ -313,7 +344,7 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None) -
     report.section("jax", lambda: _collect(lines, error))
   import importlib.util
   missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-  if levers:
+  if levers or xla_levers:
     pass  # the peers ran beside the defaults in the speed check itself
   elif peers is None or missing:
     report.data["peers"] = {"skipped": "no peers folder (.peers/ or ../shared/peers)"
@@ -428,6 +459,9 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
                                                   reading["datasheet"], 4)
       if r and not reading["suspect"]:
         out[f"{name}_measured_peak_fraction"] = round(r["achieved_flops_per_sec"] / peak, 4)
+  if isinstance(jax_parts.get("matmul_peak_bf16_out"), (int, float)):
+    out["matmul_peak_bf16_out"] = int(jax_parts["matmul_peak_bf16_out"])
+    out["matmul_peak_bf16_out_over_f32_out"] = _ratio(jax_parts["matmul_peak_bf16_out"], peak)
   defaults = {k.split()[1]: rate(v) for k, v in jax_parts.items() if k.endswith(" {}")}
   levers = {}
   for key, value in jax_parts.items():
@@ -437,6 +471,13 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
   without = (data.get("jax_without_gpu_xla_flags") or {}).get("train base {}") or {}
   if without and "error" not in without:
     levers["train base without GPU_XLA_FLAGS"] = _ratio(rate(without), defaults.get("base"))
+  xla = {k[4:]: v.get("train base {}") for k, v in data.items() if k.startswith("xla ")
+         and isinstance(v, dict)}
+  base_rate = rate(xla.get("defaults") or {}) if xla.get("defaults") else None
+  for title, value in xla.items():
+    if title != "defaults":
+      levers[f"xla: {title}"] = (_ratio(rate(value), base_rate)
+                                 if value and "error" not in value else None)
   if levers:
     out["levers_over_defaults"] = levers
   out["device"] = device.get("kind")
