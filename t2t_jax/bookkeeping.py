@@ -391,11 +391,13 @@ class CompileCounter:
 
   def __init__(self):
     self.count = 0
+    self.seconds = 0.0  # summed over compilations (those run side by side add up)
 
   def _on_event(self, event: str, duration_secs: float, **kwargs) -> None:
-    del duration_secs, kwargs
+    del kwargs
     if event == self.EVENT:
       self.count += 1
+      self.seconds += duration_secs
 
   def __enter__(self) -> "CompileCounter":
     jax.monitoring.register_event_duration_secs_listener(self._on_event)
@@ -417,9 +419,10 @@ class LoopStats:
   steps: int = 0
   loop_cpu_sec: float = 0.0
   compiles_after_warmup: int = 0
+  compiled_ahead: int = 0  # programs compiled before the first step (train.StepPrograms)
   _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
 
-  def window(self, wall_sec: float, batches: parallel.Prefetcher, compiles: int
+  def window(self, wall_sec: float, batches: parallel.Prefetcher, compiles: "CompileCounter"
              ) -> dict[str, float]:
     """The log line's figures, then a new window (compilations are counted over the run)."""
     steps = max(self.steps, 1)
@@ -428,7 +431,9 @@ class LoopStats:
     out = {"host_ms_per_step": round(1e3 * (self.loop_cpu_sec + input_cpu) / steps, 3),
            "host_input_ms_per_step": round(1e3 * input_cpu / steps, 3),
            "input_wait_fraction": round(input_wait / max(wall_sec, 1e-9), 4),
-           "compiles": compiles, "compiles_after_warmup": self.compiles_after_warmup}
+           "compiles": compiles.count, "compiled_ahead": self.compiled_ahead,
+           "compile_seconds": round(compiles.seconds, 3),
+           "compiles_after_warmup": self.compiles_after_warmup}
     self.steps, self.loop_cpu_sec = 0, 0.0
     self._input_before = (batches.cpu_sec, batches.wait_sec)
     return out

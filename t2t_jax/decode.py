@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import mbr, model, parallel
+from t2t_jax import backend, mbr, model, parallel
 from t2t_jax.config import DecodeConfig, ModelConfig
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -328,11 +328,14 @@ class BeamDecoder:
 
   def __init__(self, params: Any, model_cfg: ModelConfig | Sequence[ModelConfig],
                decode_cfg: DecodeConfig,
-               vocab: Any, max_input_length: int, tokens_per_batch: int = 2048,
+               vocab: Any, max_input_length: int, tokens_per_batch: int | None = None,
                num_devices: int | None = None):
+    """`tokens_per_batch`: source tokens per device in one batch (default: the backend's,
+    `decode_cfg.batch_tokens`)."""
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.max_input_length = max_input_length
-    self.tokens_per_batch = tokens_per_batch
+    self.tokens_per_batch = tokens_per_batch or backend.decode_batch_tokens(
+        decode_cfg.batch_tokens)
     # This process's devices (all by default): in a multi-process job one host may decode.
     self.devices = jax.local_devices()[:num_devices]
     self.params = parallel.replicate(params, len(self.devices), local_only=True)

@@ -639,6 +639,12 @@ class Dataset:
     lengths = np.maximum(self.train.src_len[ids], self.train.tgt_len[ids]) + 1
     return np.searchsorted(self.boundaries, lengths)
 
+  def train_shapes(self) -> list[tuple[int, int, int, int]]:
+    """Every [devices, accum, batch, length] shape `batch` gives: one per length bucket that
+    holds training pairs (the same in every epoch)."""
+    return [(self.num_devices, self.accum_steps, self._micro_rows(int(self._rows[b])),
+             int(self.boundaries[b])) for b in np.nonzero(self._batches_per_bucket)[0]]
+
   def train_batches(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Batches for steps start_step, start_step + 1, ... forever."""
     step = start_step

@@ -394,3 +394,26 @@ def test_a_bf16_search_casts_its_weights_once_outside_its_loop_and_finds_the_sam
   before = decode.beam_search(params, src, cfg, 3, 0.6, 6)
   np.testing.assert_array_equal(np.asarray(lean[0]), np.asarray(before[0]))
   np.testing.assert_allclose(np.asarray(lean[1]), np.asarray(before[1]), atol=1e-5)
+
+
+def test_the_decode_batch_is_the_backends_and_any_batch_finds_the_same(params, monkeypatch):
+  """decode.batch_tokens=auto: today's 2,048 tokens on CPU, 32,768 on a GPU or TPU; a number
+  sets it. Sentences batched 2 at a time or all at once get the same hypotheses and scores."""
+  from t2t_jax import backend
+  from t2t_jax.config import DecodeConfig
+  assert backend.decode_batch_tokens("auto") == 2048
+  assert backend.decode_batch_tokens(96) == 96
+  lengths = [5, 1, 7, 3, 2, 6]
+  src = _sources(lengths, 8, seed=11)
+  sources = [list(row[:n + 1]) for row, n in zip(src, lengths)]
+  found = {}
+  for tokens in (16, "auto"):
+    cfg = DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=4, batch_tokens=tokens)
+    dec = decode.BeamDecoder(params, TINY, cfg, _IdVocab(), max_input_length=8, num_devices=1)
+    assert dec.tokens_per_batch == (16 if tokens == 16 else 2048)
+    found[tokens] = dec.nbest_ids(sources)
+  for a, b in zip(found[16], found["auto"]):
+    assert [ids for ids, _ in a] == [ids for ids, _ in b]
+    np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
+  monkeypatch.setattr(backend, "platform", lambda: "gpu")
+  assert backend.decode_batch_tokens("auto") == backend.DEVICE_DECODE_BATCH_TOKENS == 32768

@@ -1115,3 +1115,46 @@ def test_an_update_is_applied_only_when_its_loss_and_gradients_are_finite():
   nan = {**grads, "a": jnp.array([1.0, jnp.nan, 0.0])}
   assert not bool(train.update_is_finite(jnp.float32(1.5), nan))
   assert not bool(jnp.isfinite(optax.tree.norm(grads)))  # what the old check saw
+
+
+def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop(tmp_path,
+                                                                                capsys):
+  """The train step of each length bucket and the eval step of each dev batch shape are
+  compiled before step 1 (a progress line says how many), and the loop compiles no step:
+  the run meets two of the three buckets' shapes and evaluates twice."""
+  from t2t_jax import input_pipeline
+  cfg = override(tiny_cfg(**{**FAST_DATA, "data.max_length": 64}), {
+      "train.steps": 24, "train.log_every_steps": 6, "train.eval_every_steps": 12,
+      "train.checkpoint_every_steps": 1000, "train.final_eval": False})
+  ds = input_pipeline.load(cfg, num_devices=jax.local_device_count())
+  train_shapes = ds.train_shapes()
+  met = {ds.batch(step)["inputs"].shape for step in range(cfg.train.steps)}
+  assert met <= set(train_shapes) and len(met) > 1 and len(train_shapes) == 3
+  eval_shapes = {b["inputs"].shape for b in ds.eval_batches(cfg.data.dev_split)}
+  compiled, eval_compiled = [], []  # per call: whether its shape had no program yet
+  real_train, real_eval = train.StepPrograms.train_step, train.StepPrograms.eval_step
+
+  def train_step(self, state, batch, run_key, factor):
+    compiled.append(tuple(batch["inputs"].shape) not in self.train)
+    return real_train(self, state, batch, run_key, factor)
+
+  def eval_step(self, params, batch):
+    eval_compiled.append(tuple(batch["inputs"].shape) not in self.eval)
+    return real_eval(self, params, batch)
+  import unittest.mock
+  with unittest.mock.patch.object(train.StepPrograms, "train_step", train_step), \
+      unittest.mock.patch.object(train.StepPrograms, "eval_step", eval_step):
+    train.train_and_evaluate(cfg, str(tmp_path))
+  out = capsys.readouterr().out
+  ahead = len(train_shapes) + len(eval_shapes)
+  assert f"compiled {ahead} program(s) before the first step" in out
+  assert len(compiled) == cfg.train.steps and not any(compiled)
+  assert len(eval_compiled) == 2 * len(list(ds.eval_batches(cfg.data.dev_split)))
+  assert not any(eval_compiled)
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  logged = [r for r in rows if "compiles" in r]
+  assert logged and all(r["compiled_ahead"] == ahead for r in logged)
+  # What the loop compiled after step 1 besides the steps (none of them train or eval steps).
+  assert logged[-1]["compiles_after_warmup"] == 0
+  assert logged[-1]["compile_seconds"] > 0
+  assert f"({ahead} before the first step)" in out
