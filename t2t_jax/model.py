@@ -31,7 +31,7 @@ import numpy as np
 from t2t_jax import backend
 from t2t_jax import cpu_kernels as kernels
 from t2t_jax.config import ModelConfig
-from t2t_jax.special_tokens import BOS_ID, PAD_ID
+from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 Array = jax.Array
 NEG_INF = -1e9  # additive mask: exp(-1e9) is exactly 0 in float32
@@ -47,10 +47,7 @@ OUTPUT_SCOPE = "output_layer"
 def sinusoidal_positions(length: int, d_model: int, offset: Array | int = 0) -> Array:
   """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), for
   positions offset .. offset + length - 1; `offset` may be traced (cached decoding)."""
-  pos = (offset + jnp.arange(length)).astype(jnp.float32)[:, None]
-  inv_freq = jnp.power(10000.0, -jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model)
-  angle = pos * inv_freq[None, :]
-  return jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(length, d_model)
+  return sinusoids(offset + jnp.arange(length), d_model)
 
 
 class Positions(nn.Module):
@@ -58,17 +55,60 @@ class Positions(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x: Array, offset: Array | int = 0) -> Array:
-    """Adds the encodings of positions offset, offset+1, ... to x [b, L, d]."""
+  def __call__(self, x: Array, offset: Array | int = 0, positions: Array | None = None
+               ) -> Array:
+    """Adds the encodings of positions offset, offset+1, ... to x [b, L, d], or of each
+    token's own `positions` [b, L] (its place in its sentence of a packed row)."""
     length, d = x.shape[1], x.shape[2]
     if self.cfg.positional == "learned":
       table = self.param("embedding", nn.initializers.normal(stddev=d ** -0.5),
                          (self.cfg.max_len, d))
+      if positions is not None:
+        return x + jnp.take(table, positions, axis=0)
       if isinstance(offset, int) and offset + length > self.cfg.max_len:
         raise ValueError(f"sequence length {offset + length} exceeds "
                          f"model.max_len={self.cfg.max_len} (learned positions)")
       return x + jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]
+    if positions is not None:
+      return x + sinusoids(positions, d)
     return x + sinusoidal_positions(length, d, offset)[None]
+
+
+def sinusoids(positions: Array, d_model: int) -> Array:
+  """The encodings [..., d_model] of integer `positions` [...] (section 3.5)."""
+  pos = positions.astype(jnp.float32)[..., None]
+  inv_freq = jnp.power(10000.0, -jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model)
+  angle = pos * inv_freq
+  return jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(*positions.shape,
+                                                                     d_model)
+
+
+@flax.struct.dataclass
+class Segments:
+  """Where the sentences of packed rows are: each token's sentence (1, 2, ... in its row; 0
+  for padding) and its position in that sentence. A sentence ends at its EOS, so the
+  sentences of a row are found from its tokens alone."""
+  ids: Array        # int32 [batch, length]
+  positions: Array  # int32 [batch, length]
+
+
+def segments(tokens: Array) -> Segments:
+  """The Segments of rows of EOS-terminated sentences packed one after another, then PAD."""
+  eos = tokens == EOS_ID
+  starts = jnp.concatenate([jnp.ones_like(eos[:, :1]), eos[:, :-1]], axis=1)
+  ids = jnp.where(tokens == PAD_ID, 0, jnp.cumsum(starts, axis=1))
+  index = jnp.arange(tokens.shape[1])
+  first = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+  return Segments(ids.astype(jnp.int32), (index - first).astype(jnp.int32))
+
+
+def segment_bias(query_ids: Array, key_ids: Array, causal: bool = False) -> Array:
+  """[batch, 1, Lq, Lk] additive bias: a query sees the keys of its own sentence only (and,
+  with `causal`, none after it), so a packed row's sentences never attend to each other."""
+  allowed = (query_ids[:, :, None] == key_ids[:, None, :]) & (key_ids[:, None, :] > 0)
+  if causal:
+    allowed &= jnp.tril(jnp.ones((query_ids.shape[1], key_ids.shape[1]), bool))
+  return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)[:, None]
 
 
 @flax.struct.dataclass
@@ -328,10 +368,13 @@ class Transformer(nn.Module):
   """Encoder-decoder Transformer; `encode` and `decode` are usable on their own.
 
   `first_row`: the batch's first row in the training step's global batch, which
-  places each example's dropout masks (see `dropout_keep_mask`).
+  places each example's dropout masks (see `dropout_keep_mask`). `packed`: the teacher-forced
+  rows hold several sentences each (`segments`); each sentence then attends only within
+  itself, and its positions restart at 0, so its loss and gradient are what they are alone.
   """
   cfg: ModelConfig
   first_row: Array | int = 0
+  packed: bool = False
 
   def setup(self):
     cfg = self.cfg
@@ -347,17 +390,22 @@ class Transformer(nn.Module):
     self.decoder_layers = [DecoderLayer(cfg, self.first_row, name=f"decoder_{i}")
                            for i in range(cfg.num_layers)]
 
-  def _embed(self, tokens: Array, positions: nn.Module, train: bool) -> Array:
+  def _embed(self, tokens: Array, positions: nn.Module, train: bool,
+             segs: Segments | None = None) -> Array:
     x = self.embed(tokens) * math.sqrt(self.cfg.d_model)
-    x = self.embed_dropout(positions(x), deterministic=not train)
+    x = positions(x, positions=None if segs is None else segs.positions)
+    x = self.embed_dropout(x, deterministic=not train)
     return x.astype(kernels.residual_dtype(self.cfg))
 
-  def encode(self, inputs: Array, train: bool = False) -> Array:
-    """[batch, src_len] token ids -> [batch, src_len, d_model]."""
-    x = self._embed(inputs, self.encoder_positions, train)
+  def encode(self, inputs: Array, train: bool = False, segs: Segments | None = None) -> Array:
+    """[batch, src_len] token ids -> [batch, src_len, d_model]; `segs`: packed rows."""
+    x = self._embed(inputs, self.encoder_positions, train, segs)
     # The fused kernel masks by key lengths (`mask`); the einsum path by an additive bias.
+    # Packed rows' sentences need a bias on both paths (key lengths cannot say them).
     bias = None if self.cfg.fused_attention else padding_bias(inputs)
     mask = key_mask(inputs)
+    if segs is not None:
+      bias, mask = segment_bias(segs.ids, segs.ids), None
     for layer in self.encoder_layers:
       x = layer(x, bias, train, mask)
     return x
@@ -371,15 +419,23 @@ class Transformer(nn.Module):
     return self.logits(self.decoder_output(encoded, inputs, decoder_inputs, train))
 
   def decoder_output(self, encoded: Array, inputs: Array, decoder_inputs: Array,
-                     train: bool = False) -> Array:
-    """The last decoder layer's output [batch, tgt_len, d_model], before the logits."""
-    y = self._embed(decoder_inputs, self.decoder_positions, train)
+                     train: bool = False,
+                     segs: tuple[Segments, Segments] | None = None) -> Array:
+    """The last decoder layer's output [batch, tgt_len, d_model], before the logits. `segs`:
+    the (source, target) Segments of packed rows."""
+    y = self._embed(decoder_inputs, self.decoder_positions, train,
+                    None if segs is None else segs[1])
     length = decoder_inputs.shape[1]
     self_bias, cross_bias = None, None
     if not self.cfg.fused_attention:
       self_bias = causal_bias(length) + padding_bias(decoder_inputs)
       cross_bias = padding_bias(inputs)
     self_mask, cross_mask = key_mask(decoder_inputs, causal=True), key_mask(inputs)
+    if segs is not None:
+      src, tgt = segs
+      self_bias = segment_bias(tgt.ids, tgt.ids, causal=True)
+      cross_bias = segment_bias(tgt.ids, src.ids)
+      self_mask = cross_mask = None
     for layer in self.decoder_layers:
       y = layer(y, encoded, self_bias, cross_bias, train, self_mask, cross_mask)
     return y
@@ -430,11 +486,16 @@ class Transformer(nn.Module):
     """Teacher-forced decoder output [batch, tgt_len, d_model] for `targets`: what the
     pre-softmax projection takes (the chunked loss applies it chunk by chunk)."""
     decoder_inputs = shift_right(targets)
+    segs = (segments(inputs), segments(targets)) if self.packed else None
+    if segs is not None:  # each packed sentence starts from BOS, not the previous one's EOS
+      decoder_inputs = jnp.where((segs[1].positions == 0) & (targets != PAD_ID), BOS_ID,
+                                 decoder_inputs)
     # Positions past the sentence (target PAD) are masked as keys; without this the
     # shifted-in EOS would look like a real token there.
     decoder_inputs = jnp.where((targets == PAD_ID) & (decoder_inputs != BOS_ID),
                                PAD_ID, decoder_inputs)
-    return self.decoder_output(self.encode(inputs, train), inputs, decoder_inputs, train)
+    encoded = self.encode(inputs, train, None if segs is None else segs[0])
+    return self.decoder_output(encoded, inputs, decoder_inputs, train, segs)
 
 
 # ---------------------------------------------------------------------------------------

@@ -414,3 +414,57 @@ def test_fused_projections_are_one_product_per_attention_block_on_the_gpu_path()
   assert widths.count(3 * 15) == 2 * layers           # encoder and decoder self-attention
   assert widths.count(2 * 15) == layers               # cross-attention's keys and values
   assert widths.count(15) == layers                   # cross-attention's queries only
+
+
+def test_segments_of_packed_rows_are_found_from_their_eos():
+  row = jnp.array([[5, 6, EOS_ID, 7, EOS_ID, 8, 9, 9, EOS_ID, PAD_ID, PAD_ID]])
+  segs = model.segments(row)
+  np.testing.assert_array_equal(segs.ids[0], [1, 1, 1, 2, 2, 3, 3, 3, 3, 0, 0])
+  np.testing.assert_array_equal(segs.positions[0][:9], [0, 1, 2, 0, 1, 0, 1, 2, 3])
+
+
+def _pack(rows_of_ids, width):
+  out = np.zeros((len(rows_of_ids), width), np.int32)
+  for r, sentences in enumerate(rows_of_ids):
+    flat = [t for s in sentences for t in s]
+    out[r, :len(flat)] = flat
+  return jnp.asarray(out)
+
+
+@pytest.mark.parametrize("changes", [{}, {"fused_attention": True},
+                                     {"positional": "learned"}])
+def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone(changes):
+  """Three sentence pairs, each alone in its row, then packed two in a row (positions
+  restart, attention stays within each sentence): every target token's log-probability is
+  the same, and so is the gradient of their sum (dropout off), on the einsum and the fused
+  attention paths and with learned positions."""
+  cfg = dataclasses.replace(TINY, implementation="plain", **changes)
+  params = _params(cfg)
+  rng = np.random.default_rng(12)
+  sent = lambda n: list(rng.integers(4, cfg.vocab_size, n - 1)) + [EOS_ID]
+  pairs = [(sent(5), sent(4)), (sent(3), sent(6)), (sent(7), sent(5))]
+  alone_src = _pack([[s] for s, _ in pairs], 8)
+  alone_tgt = _pack([[t] for _, t in pairs], 8)
+  packed_src = _pack([[pairs[0][0], pairs[1][0]], [pairs[2][0]]], 12)
+  packed_tgt = _pack([[pairs[0][1], pairs[1][1]], [pairs[2][1]]], 12)
+
+  def token_logp(p, src, tgt, packed):
+    logits = model.Transformer(cfg, packed=packed).apply({"params": p}, src, tgt)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tgt[..., None], -1)[..., 0]
+    return jnp.where(tgt != PAD_ID, logp, 0.0)
+
+  alone = np.asarray(token_logp(params, alone_src, alone_tgt, False))
+  packed = np.asarray(token_logp(params, packed_src, packed_tgt, True))
+  lengths = [len(t) for _, t in pairs]
+  np.testing.assert_allclose(packed[0, :lengths[0]], alone[0, :lengths[0]], atol=1e-5)
+  np.testing.assert_allclose(packed[0, lengths[0]:lengths[0] + lengths[1]],
+                             alone[1, :lengths[1]], atol=1e-5)
+  np.testing.assert_allclose(packed[1, :lengths[2]], alone[2, :lengths[2]], atol=1e-5)
+  grad = lambda src, tgt, packed: jax.grad(
+      lambda p: jnp.sum(token_logp(p, src, tgt, packed)))(params)
+  for a, b in zip(jax.tree_util.tree_leaves(grad(alone_src, alone_tgt, False)),
+                  jax.tree_util.tree_leaves(grad(packed_src, packed_tgt, True))):
+    np.testing.assert_allclose(b, a, atol=1e-5)
+  # Unpacked rows read as packed rows of one sentence each: the same model.
+  one_each = np.asarray(token_logp(params, alone_src, alone_tgt, True))
+  np.testing.assert_allclose(one_each, alone, atol=1e-5)
