@@ -595,10 +595,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       stop_box.append(stop)
       factor_value = lr_factor
       factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
-      compile_start = time.time()
-      stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
-      print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
-            f"{time.time() - compile_start:.1f}s", flush=True)
+      if start_step < t.steps and not budget_spent:  # a step will run
+        compile_start = time.time()
+        stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
+        print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
+              f"{time.time() - compile_start:.1f}s", flush=True)
       for step in range(start_step + 1, t.steps + 1):
         if budget_spent:
           break

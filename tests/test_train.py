@@ -1158,3 +1158,7 @@ def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop
   assert logged[-1]["compiles_after_warmup"] == 0
   assert logged[-1]["compile_seconds"] > 0
   assert f"({ahead} before the first step)" in out
+  # A finished run, started again, runs no step: it compiles nothing ahead.
+  train.train_and_evaluate(cfg, str(tmp_path))
+  out = capsys.readouterr().out
+  assert "compilations: 0 (0 before the first step)" in out, out
