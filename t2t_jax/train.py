@@ -340,7 +340,8 @@ class StepPrograms:
   """The pmapped train and eval steps, compiled for every batch shape a run will meet before
   its first step (`compile_ahead`), so that no step waits for a compilation: a run that met
   each of its 27 length buckets for the first time mid-epoch compiled each then (41 s a shape
-  for base on an H200). Shapes not compiled ahead fall back to the pmapped functions."""
+  for base on an H200). Shapes not compiled ahead fall back to the pmapped functions, as
+  every shape does in a multi-process job (its lowering needs global batch shapes)."""
 
   def __init__(self, p_train, p_eval):
     self.p_train, self.p_eval = p_train, p_eval
@@ -595,7 +596,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       stop_box.append(stop)
       factor_value = lr_factor
       factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
-      if start_step < t.steps and not budget_spent:  # a step will run
+      # Ahead-of-time pmap programs take host-local batches in one process only; the
+      # processes of a multi-process job compile each shape when they first meet it.
+      if start_step < t.steps and not budget_spent and jax.process_count() == 1:
         compile_start = time.time()
         stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
         print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
