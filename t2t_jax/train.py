@@ -363,8 +363,7 @@ class StepPrograms:
                  state.params, batch(s)).compile()) for shape in eval_shapes
              if shape not in self.eval]
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-      for table, shape, program in zip([j[0] for j in jobs], [j[1] for j in jobs],
-                                       pool.map(lambda job: job[2](), jobs)):
+      for (table, shape, _), program in zip(jobs, pool.map(lambda job: job[2](), jobs)):
         table[shape] = program
     return len(jobs)
 
