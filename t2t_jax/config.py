@@ -86,6 +86,14 @@ class DataConfig:
   max_length: int = 256        # longer examples are filtered (and counted)
   bucket_min_length: int = 8   # T2T's length buckets: start at 8 ...
   bucket_growth: float = 1.1   # ... and grow by ~10%
+  # Training batches of packed rows (t2t_jax/packing.py: several pairs a row, each sentence
+  # attending only to itself) instead of the paper's length buckets: a few step shapes
+  # instead of one per bucket, and less padding. "auto" (backend.packing): on for GPU and
+  # TPU, off on CPU. Evaluation batches are bucketed either way.
+  packing: bool | Literal["auto"] = "auto"
+  # The shortest packed row's target length; rows double from it up to max_length.
+  # "auto": max_length // 2.
+  pack_min_length: int | Literal["auto"] = "auto"
   data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
   # An existing SentencePiece model (a spm.model file, or a workdir holding one) to tokenise
   # with instead of training a vocabulary on this data. `train.init_from` sets it to the

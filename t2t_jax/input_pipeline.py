@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from t2t_jax import data_sources
+from t2t_jax import data_sources, packing
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
@@ -588,14 +588,50 @@ class Dataset:
     if self.steps_per_epoch == 0:
       raise DataError(f"no training pairs of at most {cfg.data.max_length} tokens")
     self._epoch_cache: tuple[int, list[np.ndarray]] | None = None
+    from t2t_jax import backend
+    self.packed = backend.packing(cfg.data.packing)
+    if self.packed:
+      self._plan_packing()
+
+  def _plan_packing(self) -> None:
+    """The packed rows of every epoch (packing.make_plan), the rows of a step of each row
+    class, and an accumulation count that splits every class's step evenly where one
+    near the memory-derived count does."""
+    cfg, start = self.cfg, time.time()
+    src = self.train.src_len[self._train_ids].astype(np.int64) + 1  # + EOS
+    tgt = self.train.tgt_len[self._train_ids].astype(np.int64) + 1
+    shortest = cfg.data.pack_min_length
+    shortest = cfg.data.max_length // 2 if shortest == "auto" else int(shortest)
+    classes = packing.row_classes(cfg.data.max_length, shortest,
+                                  float(src.sum() / tgt.sum()))
+    self.plan = packing.make_plan(src, tgt, classes)
+    self._pair_type = tgt * self.plan.type_base + src
+    self._class_rows = np.array([packing.rows_per_step(cfg.train.tokens_per_step, lt)
+                                 for lt, _ in classes])
+    counts = np.bincount(self.plan.row_class, minlength=len(classes))
+    self._batches_per_class = -(-counts // self._class_rows)
+    self.steps_per_epoch = int(self._batches_per_class.sum())
+    devices = self.num_devices * self.process_count
+    used = self._class_rows[counts > 0]
+    for a in range(self.accum_steps, 2 * self.accum_steps + 1):
+      if all(rows % (devices * a) == 0 for rows in used):
+        self.accum_steps = a
+        break
+    filled = tgt.sum() / (np.array([lt for lt, _ in classes])[self.plan.row_class].sum())
+    _log(f"packed {len(src):,d} training pairs into {self.plan.num_rows:,d} rows of "
+         f"{' and '.join(f'{lt}/{ls}' for lt, ls in classes)} target/source tokens "
+         f"({100 * filled:.1f}% of the target slots used) in {time.time() - start:.1f}s")
 
   # -- training ------------------------------------------------------------
 
   def _epoch(self, epoch: int) -> list[np.ndarray]:
-    """The epoch's global batches (arrays of example ids), in training order."""
+    """The epoch's global batches (arrays of example ids; packed: of row ids), in training
+    order."""
     if self._epoch_cache and self._epoch_cache[0] == epoch:
       return self._epoch_cache[1]
     rng = np.random.default_rng([self.cfg.train.seed, epoch])
+    if self.packed:
+      return self._packed_epoch(epoch, rng)
     order = rng.permutation(len(self._train_ids))
     ids, buckets = self._train_ids[order], self._bucket_of[order]
     batches = []
@@ -607,10 +643,33 @@ class Dataset:
     self._epoch_cache = (epoch, batches)
     return batches
 
+  def _packed_epoch(self, epoch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Packed: the epoch's pairs dealt to the plan's rows, each class's rows shuffled and cut
+    into steps, the steps shuffled."""
+    slot_pair = self._train_ids[self.plan.deal(self._pair_type, rng)]
+    batches = []
+    for c in np.nonzero(self._batches_per_class)[0]:
+      rows = np.nonzero(self.plan.row_class == c)[0]
+      rows = rows[rng.permutation(len(rows))]
+      step = int(self._class_rows[c])
+      batches.extend(rows[i:i + step] for i in range(0, len(rows), step))
+    batches = [batches[i] for i in rng.permutation(len(batches))]
+    self._epoch_cache = (epoch, batches)
+    self._slot_pair = slot_pair
+    return batches
+
+  def _row_pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Packed: (index in `rows`, example id) of every sentence of those rows, in order."""
+    first, counts = self.plan.row_start[rows], np.diff(self.plan.row_start)[rows]
+    local = np.repeat(np.arange(len(rows)), counts)
+    slots = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    return local, self._slot_pair[slots]
+
   def step_examples(self, step: int) -> np.ndarray:
     """Example ids of optimiser step `step` (the same for every device layout)."""
     epoch, index = divmod(step, self.steps_per_epoch)
-    return self._epoch(epoch)[index]
+    batch = self._epoch(epoch)[index]
+    return self._row_pairs(batch)[1] if self.packed else batch
 
   def _micro_rows(self, bucket_rows: int) -> int:
     """Rows per micro-batch: the bucket's full step, split over devices x accumulation.
@@ -629,8 +688,29 @@ class Dataset:
     local = (self.num_devices, self.accum_steps, rows, length)
     return {"inputs": inputs.reshape(local), "targets": targets.reshape(local)}
 
+  def _assemble_packed(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Packed rows in the global layout -> this process's share, as `_assemble`."""
+    c = int(self.plan.row_class[rows[0]])
+    target_length, source_length = self.plan.classes[c]
+    micro = self._micro_rows(int(self._class_rows[c]))
+    per_process = self.num_devices * self.accum_steps * micro
+    mine = rows[self.process_index * per_process:(self.process_index + 1) * per_process]
+    local, pairs = self._row_pairs(mine)
+    t = self.train
+    inputs = packing.gather_rows(t.src_flat, t.src_start, t.src_len, (local, pairs),
+                                 source_length, per_process)
+    targets = packing.gather_rows(t.tgt_flat, t.tgt_start, t.tgt_len, (local, pairs),
+                                  target_length, per_process)
+    shape = (self.num_devices, self.accum_steps, micro)
+    return {"inputs": inputs.reshape(*shape, source_length),
+            "targets": targets.reshape(*shape, target_length)}
+
   def batch(self, step: int) -> dict[str, np.ndarray]:
-    """int32 {"inputs", "targets"} [devices, accum, batch, length] for optimiser step `step`."""
+    """int32 {"inputs", "targets"} [devices, accum, batch, length] for optimiser step `step`
+    (packed: the inputs' length is the row class's source length)."""
+    if self.packed:
+      epoch, index = divmod(step, self.steps_per_epoch)
+      return self._assemble_packed(self._epoch(epoch)[index])
     ids = self.step_examples(step)
     bucket = int(self._bucket_of_example(ids[:1])[0])
     return self._assemble(ids, int(self.boundaries[bucket]), int(self._rows[bucket]))
@@ -639,11 +719,33 @@ class Dataset:
     lengths = np.maximum(self.train.src_len[ids], self.train.tgt_len[ids]) + 1
     return np.searchsorted(self.boundaries, lengths)
 
-  def train_shapes(self) -> list[tuple[int, int, int, int]]:
-    """Every [devices, accum, batch, length] shape `batch` gives: one per length bucket that
-    holds training pairs (the same in every epoch)."""
-    return [(self.num_devices, self.accum_steps, self._micro_rows(int(self._rows[b])),
-             int(self.boundaries[b])) for b in np.nonzero(self._batches_per_bucket)[0]]
+  def train_shapes(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every (inputs, targets) [devices, accum, batch, length] shape pair `batch` gives: one
+    per length bucket, or packed per row class, that holds training pairs (the same in
+    every epoch)."""
+    if self.packed:
+      out = []
+      for c in np.nonzero(self._batches_per_class)[0]:
+        lead = (self.num_devices, self.accum_steps, self._micro_rows(int(self._class_rows[c])))
+        target_length, source_length = self.plan.classes[c]
+        out.append(((*lead, source_length), (*lead, target_length)))
+      return out
+    shapes = [(self.num_devices, self.accum_steps, self._micro_rows(int(self._rows[b])),
+               int(self.boundaries[b])) for b in np.nonzero(self._batches_per_bucket)[0]]
+    return [(shape, shape) for shape in shapes]
+
+  def pair_lengths(self) -> tuple[np.ndarray, ...]:
+    """(source, target, source row, target row) lengths of every training pair, EOS
+    included: the rows of its length bucket, or packed, of the shortest row class it fits."""
+    ids = self._train_ids
+    src = self.train.src_len[ids].astype(np.int64) + 1
+    tgt = self.train.tgt_len[ids].astype(np.int64) + 1
+    if not self.packed:
+      rows = self.boundaries[self._bucket_of]
+      return src, tgt, rows, rows
+    lt, ls = (np.array(side) for side in zip(*self.plan.classes))
+    cls = np.argmax((tgt[:, None] <= lt) & (src[:, None] <= ls), axis=1)
+    return src, tgt, ls[cls], lt[cls]
 
   def train_batches(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Batches for steps start_step, start_step + 1, ... forever."""
@@ -700,10 +802,24 @@ class Dataset:
     return out[0], out[1]
 
   def info(self) -> dict[str, Any]:
-    """Summary figures; the padding fraction is measured over one epoch."""
+    """Summary figures; the padding fractions are measured over one epoch (both sides
+    together, and each side)."""
     slots = real = 0
+    side_slots, side_real = np.zeros(2), np.zeros(2)  # source, target
     shapes = set()
-    for step in range(self.steps_per_epoch):
+    micro_batches = self.num_devices * self.process_count * self.accum_steps
+    if self.packed:
+      for c in np.nonzero(self._batches_per_class)[0]:
+        rows = micro_batches * self._micro_rows(int(self._class_rows[c]))
+        target_length, source_length = self.plan.classes[c]
+        shapes.add((rows, source_length, target_length))
+        side_slots += int(self._batches_per_class[c]) * rows * np.array([source_length,
+                                                                          target_length])
+      ids = self._train_ids
+      side_real += [self.train.src_len[ids].sum() + len(ids),
+                    self.train.tgt_len[ids].sum() + len(ids)]
+      slots, real = side_slots.sum(), side_real.sum()
+    for step in range(0 if self.packed else self.steps_per_epoch):
       ids = self.step_examples(step)
       bucket = int(self._bucket_of_example(ids[:1])[0])
       length = int(self.boundaries[bucket])
@@ -712,19 +828,26 @@ class Dataset:
       shapes.add((rows, length))
       slots += 2 * micro * rows * length
       real += int(self.train.src_len[ids].sum() + self.train.tgt_len[ids].sum()) + 2 * len(ids)
+      side_slots += micro * rows * length
+      side_real += [self.train.src_len[ids].sum() + len(ids),
+                    self.train.tgt_len[ids].sum() + len(ids)]
     return {"train_pairs": len(self._train_ids), "filtered_too_long": self.num_filtered,
             "dropped_empty": self.meta["dropped_empty"], "splits": self.meta["splits"],
             "vocab_size": self.vocab.size, "steps_per_epoch": self.steps_per_epoch,
-            "accum_steps": self.accum_steps, "num_shapes": len(shapes),
-            "padding_fraction": round(1 - real / max(slots, 1), 4)}
+            "accum_steps": self.accum_steps, "packed": self.packed, "num_shapes": len(shapes),
+            "padding_fraction": round(1 - real / max(slots, 1), 4),
+            "source_padding_fraction": round(1 - side_real[0] / max(side_slots[0], 1), 4),
+            "target_padding_fraction": round(1 - side_real[1] / max(side_slots[1], 1), 4)}
 
   def summary(self) -> str:
     m = self.meta
+    batching = (f"{len(self.plan.classes)} packed row classes" if self.packed else
+                f"{len(self.boundaries)} length buckets")
     return (f"data: {self.cfg.data.dataset} ({self.src_lang}->{self.tgt_lang}), "
             f"{len(self._train_ids)} training pairs, {self.num_filtered} longer than "
             f"{self.cfg.data.max_length} tokens filtered, "
             f"{sum(m['dropped_empty'].values())} empty pairs dropped, vocabulary {self.vocab.size}, "
-            f"{self.steps_per_epoch} steps per epoch, {len(self.boundaries)} length buckets")
+            f"{self.steps_per_epoch} steps per epoch, {batching}")
 
 
 def load(cfg: ExperimentConfig, num_devices: int, process_index: int = 0,

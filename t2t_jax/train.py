@@ -266,7 +266,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
     # batch (which the input pipeline fills micro-batch by micro-batch, device by device),
     # so 1 device with accumulation, 8 devices and 2 x 4 draw the same masks.
     rows = mb["inputs"].shape[0]
-    transformer = model.Transformer(cfg.model, first_row=(device * accum + index) * rows)
+    transformer = model.Transformer(cfg.model, first_row=(device * accum + index) * rows,
+                                    packed=backend.packing(cfg.data.packing))
 
     def loss_of(params):
       smoothed, nll, tokens = model_loss_sums(transformer, params, mb["inputs"], mb["targets"],
@@ -354,8 +355,8 @@ class StepPrograms:
     """Compiles the steps of the given batch shapes, `workers` at a time (XLA compiles in
     threads of its own once traced); returns how many programs were compiled."""
     import concurrent.futures
-    batch = lambda shape: {k: jax.ShapeDtypeStruct(shape, jnp.int32)
-                           for k in ("inputs", "targets")}
+    batch = lambda shapes: {k: jax.ShapeDtypeStruct(shape, jnp.int32)
+                            for k, shape in zip(("inputs", "targets"), shapes)}
     jobs = [(self.train, shape, lambda s=shape: self.p_train.lower(
                 state, batch(s), run_key, factor).compile()) for shape in train_shapes
             if shape not in self.train]
@@ -369,11 +370,17 @@ class StepPrograms:
 
   def train_step(self, state: TrainState, batch: dict[str, jax.Array], run_key: jax.Array,
                  factor: jax.Array):
-    program = self.train.get(tuple(batch["inputs"].shape), self.p_train)
+    program = self.train.get(batch_shapes(batch), self.p_train)
     return program(state, batch, run_key, factor)
 
   def eval_step(self, params: Any, batch: dict[str, jax.Array]):
-    return self.eval.get(tuple(batch["inputs"].shape), self.p_eval)(params, batch)
+    return self.eval.get(batch_shapes(batch), self.p_eval)(params, batch)
+
+
+def batch_shapes(batch: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """A batch's (inputs, targets) shapes: the key of its compiled step (packed rows' sources
+  and targets differ in length)."""
+  return tuple(batch["inputs"].shape), tuple(batch["targets"].shape)
 
 
 def evaluate_loss(p_eval, params, ds: input_pipeline.Dataset, split: str) -> dict[str, float]:
@@ -553,7 +560,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     dev batch shape (the dev loss runs at least at the last step), before the first step."""
     train_shapes = ds.train_shapes()
     try:
-      eval_shapes = sorted({b["inputs"].shape for b in ds.eval_batches(cfg.data.dev_split)})
+      eval_shapes = sorted({batch_shapes(b) for b in ds.eval_batches(cfg.data.dev_split)})
     except DataError:
       eval_shapes = []  # no dev split: the evaluation says so when it comes
     workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
@@ -636,7 +643,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                    bool(t.bleu_every_steps and step % t.bleu_every_steps == 0))
         eval_now = step % t.eval_every_steps == 0 or last
         ckpt_now = step % t.checkpoint_every_steps == 0 or last or ckpt_due
-        shape = batch["inputs"].shape
+        shape = batch_shapes(batch)
         if shape in shapes_seen:
           stats.compiles_after_warmup += compiles.count - compiled
         shapes_seen.add(shape)

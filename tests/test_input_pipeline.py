@@ -30,22 +30,36 @@ def _cfg(dataset, **changes):
                    "train.max_tokens_per_batch": 1000, "data.max_length": 64, **changes})
 
 
-@pytest.fixture(scope="module")
-def multi30k():
+@pytest.fixture(scope="module", params=[False, True], ids=["bucketed", "packed"])
+def multi30k(request):
   path = shared_data("multi30k")
-  cfg = _cfg(f"folder:{path}:en-de")
+  cfg = _cfg(f"folder:{path}:en-de", **{"data.packing": request.param})
   return cfg, path, input_pipeline.load(cfg, num_devices=1)
 
 
+def _sentences(row):
+  """The EOS-terminated sentences of a row, then only PAD (one sentence unless packed)."""
+  real = row[row != PAD_ID]
+  assert (row[:len(real)] == real).all() and real[-1] == EOS_ID  # padding on the right only
+  ends = np.nonzero(real == EOS_ID)[0]
+  return [tuple(real[a + 1:b]) for a, b in zip(np.r_[-1, ends[:-1]], ends)]
+
+
 def _rows(batch):
-  """(source ids, target ids) of every non-filler row, EOS and padding removed."""
+  """(source ids, target ids) of every sentence pair of the non-filler rows, EOS and
+  padding removed: a packed row's sources and targets pair up in order."""
   out = []
   for src, tgt in zip(batch["inputs"].reshape(-1, batch["inputs"].shape[-1]),
                       batch["targets"].reshape(-1, batch["targets"].shape[-1])):
     if (src != PAD_ID).any():
-      assert src[(src != PAD_ID).sum() - 1] == EOS_ID and tgt[(tgt != PAD_ID).sum() - 1] == EOS_ID
-      out.append((tuple(src[src != PAD_ID][:-1]), tuple(tgt[tgt != PAD_ID][:-1])))
+      sources, targets = _sentences(src), _sentences(tgt)
+      assert len(sources) == len(targets)
+      out.extend(zip(sources, targets))
   return out
+
+
+def _filled_rows(batch):
+  return int((batch["targets"] != PAD_ID).any(-1).sum())
 
 
 def test_one_epoch_yields_every_training_pair_once(multi30k):
@@ -64,21 +78,22 @@ def test_one_epoch_yields_every_training_pair_once(multi30k):
   slots = real = 0
   for step in range(ds.steps_per_epoch):
     batch = ds.batch(step)
-    rows = _rows(batch)
-    seen.update(rows)
-    length = batch["inputs"].shape[-1]
-    n_rows = len(rows)
-    assert n_rows * length <= cfg.train.tokens_per_step  # the step's token budget
-    micro_tokens = batch["inputs"].shape[2] * length
+    seen.update(_rows(batch))
+    length = batch["targets"].shape[-1]
+    assert _filled_rows(batch) * length <= cfg.train.tokens_per_step  # the step's budget
+    micro_tokens = batch["targets"].shape[2] * length
     assert micro_tokens <= cfg.train.tokens_per_step / ds.accum_steps + length
     slots += 2 * batch["inputs"].size
     real += int((batch["inputs"] != PAD_ID).sum() + (batch["targets"] != PAD_ID).sum())
   assert seen == expected
   assert sum(seen.values()) + ds.num_filtered == len(en)
   padding = 1 - real / slots
+  info = ds.info()
   print(f"multi30k padding fraction: {padding:.3f} over {ds.steps_per_epoch} steps, "
-        f"{ds.info()['num_shapes']} shapes")
-  assert padding < 0.25
+        f"{info['num_shapes']} shapes")
+  assert padding == pytest.approx(info["padding_fraction"], abs=1e-4)
+  assert padding < (0.06 if ds.packed else 0.25)
+  assert info["num_shapes"] == len(ds.train_shapes()) <= (2 if ds.packed else 50)
 
 
 def test_eight_device_layout(multi30k):
@@ -89,6 +104,7 @@ def test_eight_device_layout(multi30k):
     b1, b8 = ds1.batch(step), ds8.batch(step)
     assert b8["inputs"].shape[:2] == (8, 1) and b1["inputs"].shape[:2] == (1, 4)
     assert b8["inputs"].shape[-1] == b1["inputs"].shape[-1]
+    assert b8["targets"].shape[-1] == b1["targets"].shape[-1]
     # The same examples form step k whatever the device count.
     assert collections.Counter(_rows(b1)) == collections.Counter(_rows(b8))
 
@@ -100,8 +116,9 @@ def test_process_shards_partition_the_step(multi30k):
   whole = input_pipeline.Dataset(cfg, ds.directory, num_devices=4)
   for step in (0, 5):
     parts = [h.batch(step) for h in halves]
-    joined = np.concatenate([p["inputs"] for p in parts])
-    np.testing.assert_array_equal(joined, whole.batch(step)["inputs"])
+    for key in ("inputs", "targets"):
+      joined = np.concatenate([p[key] for p in parts])
+      np.testing.assert_array_equal(joined, whole.batch(step)[key])
 
 
 def test_eval_batches_of_two_processes_partition_the_split(multi30k):

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2t_jax import bookkeeping, checkpoints, optim, parallel, registry, train
+from t2t_jax import bookkeeping, checkpoints, model, optim, parallel, registry, train
 from t2t_jax.config import override
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
@@ -162,6 +162,64 @@ def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch_with_d
                          {k: v.reshape(1, 1, 32, 9) for k, v in batch.items()}, 1)
   assert max(float(jnp.abs(a - b).max()) for a, b in
              zip(jax.tree_util.tree_leaves(one_big), jax.tree_util.tree_leaves(no_dropout))) > 1e-4
+
+
+def _packed_batch(rng, rows, src_length, tgt_length, vocab):
+  """Rows of two or three EOS-terminated sentences each, then PAD; sources and targets in
+  rows of their own lengths, the k-th source of a row paired with its k-th target."""
+  def side(length, counts):
+    x = np.zeros((rows, length), np.int32)
+    for r in range(rows):
+      cuts = np.sort(rng.choice(np.arange(2, length - 1), counts[r] - 1, replace=False))
+      ends = np.r_[cuts, rng.integers(cuts[-1] + 2, length + 1)]
+      x[r, :ends[-1]] = rng.integers(4, vocab, size=ends[-1])
+      x[r, ends - 1] = EOS_ID
+    return x
+  counts = rng.integers(2, 4, size=rows)
+  return {"inputs": side(src_length, counts), "targets": side(tgt_length, counts)}
+
+
+def test_packed_steps_are_equal_on_one_and_eight_devices_and_with_accumulation():
+  """The layout equalities of the bucketed step, for packed rows of other source and target
+  lengths, with dropout."""
+  if jax.local_device_count() < 8:
+    pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
+  cfg = tiny_cfg(**{"train.learning_rate_scale": 100.0, "model.dropout": 0.1,
+                    "model.attention_dropout": 0.1, "data.packing": True})
+  batch = _packed_batch(np.random.default_rng(0), 32, 16, 12, 64)
+  shaped = lambda *lead: {k: v.reshape(*lead, v.shape[-1]) for k, v in batch.items()}
+  one_big = _one_step(cfg, shaped(1, 1, 32), 1)
+  _assert_trees_close(_one_step(cfg, shaped(8, 1, 4), 8), one_big, atol=1e-6)
+  _assert_trees_close(_one_step(cfg, shaped(1, 4, 8), 1), one_big, atol=1e-6)
+  _assert_trees_close(_one_step(cfg, shaped(8, 2, 2), 8), one_big, atol=1e-6)
+
+
+def test_a_packed_pipeline_batch_gives_each_pair_the_loss_and_gradient_it_has_alone():
+  """A real packed step of the demo corpus against the same pairs one to a row: the summed
+  NLL, the token count and the gradient agree (dropout off)."""
+  from t2t_jax import input_pipeline
+  cfg = tiny_cfg(**{**FAST_DATA, "data.max_length": 64, "data.packing": True})
+  ds = input_pipeline.load(cfg, num_devices=1)
+  batch = ds.batch(3)
+  inputs, targets = (batch[k].reshape(-1, batch[k].shape[-1]) for k in ("inputs", "targets"))
+  per_row = (targets == EOS_ID).sum(1)
+  assert per_row.max() >= 2  # rows really hold several pairs
+  pairs = ds.step_examples(3)
+  alone_src, alone_tgt = ds.train.rows(pairs, cfg.data.max_length, len(pairs))
+  params = train.init_state(cfg, optim.make_optimizer(cfg)).params
+
+  def sums(p, src, tgt, packed):
+    smoothed, nll, tokens = train.model_loss_sums(model.Transformer(cfg.model, packed=packed),
+                                                  p, src, tgt, cfg)
+    return nll, (smoothed, tokens)
+  (nll_p, (sm_p, tok_p)), g_p = jax.value_and_grad(sums, has_aux=True)(params, inputs,
+                                                                       targets, True)
+  (nll_a, (sm_a, tok_a)), g_a = jax.value_and_grad(sums, has_aux=True)(params, alone_src,
+                                                                       alone_tgt, False)
+  assert float(tok_p) == float(tok_a) == float((targets != 0).sum())
+  np.testing.assert_allclose(float(nll_p), float(nll_a), rtol=1e-5)
+  np.testing.assert_allclose(float(sm_p), float(sm_a), rtol=1e-5)
+  _assert_trees_close(g_p, g_a, atol=1e-5)
 
 
 def test_workdir_refuses_another_model_but_not_a_record_older_than_a_new_field(tmp_path):

@@ -353,6 +353,11 @@ def run_decode(workload: str | None) -> None:
 
 
 def run_input() -> None:
+  """The input pipeline's figures for the paper's bucketing and for packing, side by side
+  on the same data: batches and target tokens per second, distinct step shapes per epoch,
+  the padding of each side, and the attention work the masks throw away as a share of the
+  step's FLOPs, predicted from the lengths before any batch is drawn and then measured on
+  the drawn batches."""
   from t2t_jax.registry import get
   from t2t_jax import input_pipeline
   from t2t_jax.config import override
@@ -363,38 +368,105 @@ def run_input() -> None:
   cfg = input_pipeline.resolve_splits(cfg)
   n = _device_counts(default_both=False)[0]
   built_now = input_pipeline.existing_cache(cfg) is None
-  start = time.time()
-  ds = input_pipeline.load(cfg, num_devices=n, process_index=jax.process_index(),
-                           process_count=jax.process_count())
-  if built_now:  # the preparation's own figures, as one JSON line of their own
-    _emit({"what": "prepare", "dataset": cfg.data.dataset, "train_pairs": ds.meta["splits"][
-        cfg.data.train_split], "vocab_sample_sentences": ds.meta["vocab_sample_sentences"],
-        "prepare_seconds": round(time.time() - start, 1),
-        "peak_rss_mb": ds.meta["prepare_peak_rss_mb"]})
-  steps = FLAGS.input_steps
-  counted = {}
+  for packing in (False, True):
+    c = override(cfg, {"data.packing": packing})
+    start = time.time()
+    ds = input_pipeline.load(c, num_devices=n, process_index=jax.process_index(),
+                             process_count=jax.process_count())
+    load_seconds = time.time() - start
+    if built_now:  # the preparation's own figures, as one JSON line of their own
+      built_now = False
+      _emit({"what": "prepare", "dataset": cfg.data.dataset, "train_pairs": ds.meta["splits"][
+          cfg.data.train_split], "vocab_sample_sentences": ds.meta["vocab_sample_sentences"],
+          "prepare_seconds": round(load_seconds, 1),
+          "peak_rss_mb": ds.meta["prepare_peak_rss_mb"]})
+    steps = FLAGS.input_steps
+    counted = {}
 
-  def draw():
-    it = ds.train_batches(0)
-    real = slots = 0
-    for _ in range(steps):
-      b = next(it)
-      real += int((b["targets"] != 0).sum())
-      slots += b["targets"].size
-    counted.update(real=real, slots=slots)
+    def draw():
+      it = ds.train_batches(0)
+      real = slots = 0
+      for _ in range(steps):
+        b = next(it)
+        real += int((b["targets"] != 0).sum())
+        slots += b["targets"].size
+      counted.update(real=real, slots=slots)
 
-  draw()  # warm the page cache
-  t = median_time(draw, FLAGS.repeats)
-  info = ds.info()
-  _emit({"what": "input", "dataset": cfg.data.dataset, "experiment": FLAGS.experiment or
-         "base_ende", "devices": n, "steps": steps, "batches_per_sec": round(steps / t, 1),
-         "target_tokens_per_sec": round(counted["real"] / t, 1),
-         "target_slots_per_sec": round(counted["slots"] / t, 1),
-         "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
-         "padding_fraction": info["padding_fraction"], "num_shapes": info["num_shapes"],
-         "steps_per_epoch": info["steps_per_epoch"],
-         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-         **_rss_parts()})
+    epoch_start = time.time()
+    ds.batch(0)  # the epoch's order (packed: its pairs dealt to the rows), and the page cache
+    epoch_seconds = time.time() - epoch_start
+    draw()
+    t = median_time(draw, FLAGS.repeats)
+    masked = step_flops = 0.0
+    for step in range(min(steps, ds.steps_per_epoch)):
+      m, f = masked_attention_flops(ds.batch(step), c.model)
+      masked, step_flops = masked + m, step_flops + f
+    info = ds.info()
+    _emit({"what": "input", "batching": "packed" if packing else "bucketed",
+           "dataset": cfg.data.dataset, "experiment": FLAGS.experiment or "base_ende",
+           "devices": n, "steps": steps, "batches_per_sec": round(steps / t, 1),
+           "target_tokens_per_sec": round(counted["real"] / t, 1),
+           "target_slots_per_sec": round(counted["slots"] / t, 1),
+           "tokens_per_step": cfg.train.tokens_per_step, "accum_steps": info["accum_steps"],
+           "num_shapes": info["num_shapes"], "shapes": [list(map(list, s)) for s in
+                                                        ds.train_shapes()],
+           "padding_fraction": info["padding_fraction"],
+           "target_padding_fraction": info["target_padding_fraction"],
+           "source_padding_fraction": info["source_padding_fraction"],
+           "masked_attention_share_predicted": round(predicted_masked_attention_share(ds), 4),
+           "masked_attention_share_measured": round(masked / step_flops, 4),
+           "steps_per_epoch": info["steps_per_epoch"], "load_seconds": round(load_seconds, 1),
+           "epoch_order_seconds": round(epoch_seconds, 2),
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+           **_rss_parts()})
+
+
+def _sentence_lengths(rows: Any) -> Any:
+  """[rows, length] token ids -> [rows, length + 1]: the length of each row's k-th
+  EOS-terminated sentence at column k (column 0: the padding)."""
+  import numpy as np
+  from t2t_jax.special_tokens import EOS_ID, PAD_ID
+  r, length = rows.shape
+  starts = np.concatenate([np.ones((r, 1), bool), rows[:, :-1] == EOS_ID], axis=1)
+  ids = np.where(rows == PAD_ID, 0, np.cumsum(starts, axis=1))
+  flat = (np.arange(r)[:, None] * (length + 1) + ids).reshape(-1)
+  counts = np.bincount(flat, minlength=r * (length + 1)).reshape(r, length + 1)
+  counts[:, 0] = 0
+  return counts
+
+
+def masked_attention_flops(batch: dict[str, Any], m: Any) -> tuple[float, float]:
+  """(FLOPs of attention scores and weighted values the masks throw away, all FLOPs of the
+  step per `train_flops`) for one global training batch: every (query, key) product is
+  computed, and only those within a sentence (and, decoding, not after the query) count.
+  Training is 3 x forward; a (query, key) pair costs 2 d multiply-adds (QK and AV)."""
+  import numpy as np
+  src, tgt = (batch[k].reshape(-1, batch[k].shape[-1]) for k in ("inputs", "targets"))
+  rows, ls, lt = src.shape[0], src.shape[1], tgt.shape[1]
+  s, t = _sentence_lengths(src).astype(np.float64), _sentence_lengths(tgt).astype(np.float64)
+  k = min(s.shape[1], t.shape[1])
+  useful_enc = (s ** 2).sum()
+  useful_dec = (t * (t + 1) / 2).sum() + (s[:, :k] * t[:, :k]).sum()
+  masked = (m.num_encoder_layers * (rows * ls * ls - useful_enc)
+            + m.num_layers * (rows * lt * lt + rows * lt * ls - useful_dec))
+  return 3 * 2 * 2 * m.d_model * masked, train_flops(m, rows, ls, lt)
+
+
+def predicted_masked_attention_share(ds: Any) -> float:
+  """The masked share predicted from the corpus's lengths alone: every pair in a full row of
+  the length it is bucketed or packed to (padding left out), every query against the
+  row's keys."""
+  m = ds.cfg.model
+  s, t, ls, lt = (x.astype(float) for x in ds.pair_lengths())
+  masked = (m.num_encoder_layers * (s * (ls - s)).sum()
+            + m.num_layers * ((t * lt - t * (t + 1) / 2).sum() + (t * (ls - s)).sum()))
+  d, d_ff, v = m.d_model, m.d_ff, m.vocab_size
+  # train_flops per token with each pair's row lengths as the attention lengths
+  enc = s * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * ls * d)
+  dec = t * m.num_layers * (6 * d * d + 2 * d * d_ff + 2 * lt * d + 2 * ls * d)
+  total = 3 * 2 * (enc.sum() + dec.sum() + (s * m.num_layers * 2 * d * d).sum()
+                   + (t * d * v).sum())
+  return float(3 * 2 * 2 * d * masked / total)
 
 
 def _rss_parts() -> dict[str, int]:
