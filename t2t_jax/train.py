@@ -540,7 +540,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
               "loss_mean": round(loss_mean, 5),
               "learning_rate": float(fetched[-1]["learning_rate"]),
-              "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3), **host}
+              "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3),
+              "time": round(now, 3), **host}
     if budget_spent:
       print(f"time budget of {t.max_train_minutes:g} min reached at step {step}", flush=True)
       if t.cooldown_steps and step < t.steps:

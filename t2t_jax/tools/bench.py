@@ -60,6 +60,11 @@ flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to 
 flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
 flags.DEFINE_bool("xla_levers", False, "Speed check: what each candidate XLA GPU option "
                   "(speed_check.XLA_LEVERS) is worth instead.")
+flags.DEFINE_bool("real_run", False, "Speed check: base_ende's training on WMT-shaped data, "
+                  "packed and bucketed, beside the synthetic base step instead (about 8 "
+                  "minutes on one GPU).")
+flags.DEFINE_string("real_run_data", None, "Speed check --real_run: the folder holding "
+                    "tatoeba_ende/ and wmt_newstest_ende/ (default: ../shared/data).")
 flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
                     "repository, else ../shared/peers).")
 flags.DEFINE_string("workdir", None, "Deploy: the trained run to export and compare.")
@@ -496,7 +501,8 @@ def main(argv: list[str]) -> None:
     from t2t_jax.tools import speed_check
     out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
     sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers,
-                                 xla_levers=FLAGS.xla_levers))
+                                 xla_levers=FLAGS.xla_levers, real_run=FLAGS.real_run,
+                                 real_run_data=FLAGS.real_run_data))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError

@@ -298,20 +298,103 @@ def eight_gpu_projection(share: dict[str, Any]) -> dict[str, Any]:
 
 
 
+# --real_run (issue 53): base_ende's settings on WMT-shaped data (t2t_jax/tools/wmt_shaped.py,
+# Tatoeba pairs joined three to a line), packed and then bucketed, each for a few minutes,
+# beside the synthetic base step of the same call.
+REAL_RUN = {"pairs": 300_000, "minutes": 2.5, "log_every": 25}
+QUICK_REAL_RUN = {"pairs": 20_000, "minutes": 0.3, "log_every": 5}
+STEADY = 0.9  # a log window is steady once its rate is within 10% of the run's steady rate
+# Issue 53's targets on one H100 or H200: real tok/s >= 90% of the synthetic step's, and
+# steady within 2 minutes of the launch.
+REAL_RUN_TARGETS = {"over_synthetic": 0.9, "seconds_to_steady_state": 120.0}
+
+
+def _real_run_corpus(quick: bool, root: str, data: str | None) -> dict[str, Any]:
+  """The WMT-shaped corpus and its prepared cache (vocabulary and ids), made before any
+  trainer starts so that the runs time training alone. No JAX in this process."""
+  from t2t_jax import input_pipeline, registry
+  from t2t_jax.config import override
+  from t2t_jax.tools import wmt_shaped
+  shape = QUICK_REAL_RUN if quick else REAL_RUN
+  data = data or os.path.join(os.path.dirname(wmt_shaped._REPO), "shared", "data")
+  folders = [os.path.join(data, name) for name in ("tatoeba_ende", "wmt_newstest_ende")]
+  missing = [f for f in folders if not os.path.isdir(f)]
+  if missing:
+    raise FileNotFoundError(f"{missing[0]} not found: give --real_run_data=FOLDER holding "
+                            f"tatoeba_ende/ and wmt_newstest_ende/ (../shared/data)")
+  corpus = os.path.join(root, "wmt_shaped")
+  t0 = time.time()
+  wmt_shaped.write(corpus, shape["pairs"], 3, 0, *folders)
+  written = time.time() - t0
+  cfg = override(registry.get("base_ende"), _real_run_sets(quick, corpus, root, True))
+  cfg = input_pipeline.resolve_splits(cfg)
+  input_pipeline.prepared_dir(cfg)
+  return {"corpus": corpus, "pairs": shape["pairs"], "write_seconds": round(written, 1),
+          "prepare_seconds": round(time.time() - t0 - written, 1)}
+
+
+def _real_run_sets(quick: bool, corpus: str, root: str, packing: bool) -> dict[str, Any]:
+  shape = QUICK_REAL_RUN if quick else REAL_RUN
+  return {**(QUICK if quick else {}), "model.dtype": "bfloat16",
+          "data.dataset": f"folder:{corpus}:en-de", "data.data_dir": os.path.join(root, "cache"),
+          "data.packing": packing, "train.steps": 1_000_000,
+          "train.max_train_minutes": shape["minutes"],
+          "train.log_every_steps": shape["log_every"],
+          "train.checkpoint_every_steps": 1_000_000, "train.checkpoint_every_minutes": 1000.0,
+          "train.eval_every_steps": 1_000_000, "train.final_eval": False}
+
+
+def _real_run(quick: bool, root: str, log: str, packing: bool) -> dict[str, Any]:
+  """`python -m t2t_jax.main --experiment=base_ende` on the WMT-shaped corpus for a few
+  minutes (its time budget): real (non-padding) target tok/s at steady state from its own
+  metrics.jsonl, seconds from launch to its first log line and to steady state, and the
+  seconds and programs it compiled."""
+  import statistics
+  from t2t_jax import side_by_side
+  corpus = os.path.join(root, "wmt_shaped")
+  sets = _real_run_sets(quick, corpus, root, packing)
+  work = tempfile.mkdtemp(prefix="t2t_jax_real_run_")
+  launched = time.time()
+  device_check._run(side_by_side.train_command("base_ende", work, sets=[
+      f"{k}={v}" for k, v in sets.items()]), dict(os.environ), log,
+      timeout=60 * sets["train.max_train_minutes"] + 300)
+  ended = time.time()
+  rows = [r for r in device_check._metrics(work) if "tokens_per_sec" in r and "time" in r]
+  shutil.rmtree(work, ignore_errors=True)
+  if len(rows) < 3:
+    raise RuntimeError(f"the run logged {len(rows)} windows; see {log}")
+  quiet = [r for p, r in zip(rows, rows[1:]) if r["compiles"] == p["compiles"]]
+  late = quiet[len(quiet) // 2:] or rows[-1:]
+  steady = statistics.median(r["tokens_per_sec"] for r in late)
+  reached = next((r for r in rows[1:] if r["tokens_per_sec"] >= STEADY * steady), rows[-1])
+  last = rows[-1]
+  return {"packing": packing, "sets": sets, "steps": last["step"],
+          "steady_target_tokens_per_sec": round(steady),
+          "seconds_to_first_log_line": round(rows[0]["time"] - launched, 1),
+          "first_log_line_step": rows[0]["step"],
+          "seconds_to_steady_state": round(reached["time"] - launched, 1),
+          "compiles": last["compiles"], "compiled_ahead": last.get("compiled_ahead"),
+          "compile_seconds": last.get("compile_seconds"),
+          "compiles_after_warmup": last.get("compiles_after_warmup"),
+          "seconds": round(ended - launched, 1)}
+
+
 # The whole check's time on a GPU, within one 10-minute device call: the peers that would
 # start after it are skipped, and say so.
 BUDGET_SEC = 540.0
 
 
 def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
-        xla_levers: bool = False) -> int:
+        xla_levers: bool = False, real_run: bool = False,
+        real_run_data: str | None = None) -> int:
   """Runs every part; returns the exit code (1 when a part failed)."""
   log_dir = os.path.dirname(os.path.abspath(out))
   os.makedirs(log_dir, exist_ok=True)
   log = os.path.join(log_dir, "speed_check_runs.log")
   report = Report(out, quick)
   report.data["what"] = ("speed_check_xla_levers" if xla_levers else
-                         "speed_check_levers" if levers else "speed_check")
+                         "speed_check_levers" if levers else
+                         "speed_check_real_run" if real_run else "speed_check")
   peers = peers or default_peers()
   env = dict(os.environ)
   # The trainer's compilation cache (as `main` sets it): the bare step of the trainer's shape
@@ -321,7 +404,25 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
   deadline = time.time() + (900.0 if quick else BUDGET_SEC)
   child = [sys.executable, "-m", "t2t_jax.tools.speed_check"]
 
-  if xla_levers:
+  if real_run:
+    root = tempfile.mkdtemp(prefix="t2t_jax_real_run_data_")
+    corpus = report.section("real_run_corpus", lambda: _real_run_corpus(quick, root,
+                                                                         real_run_data))
+    for packing in (True, False):
+      name = f"real_run_{'packed' if packing else 'bucketed'}"
+      if not corpus:
+        continue
+      left = deadline - time.time()
+      needed = 60 * (QUICK_REAL_RUN if quick else REAL_RUN)["minutes"] + 120
+      if left < needed + 120:  # keep time for the synthetic step below
+        report.data[name] = {"skipped": f"{left:.0f} s left of the check's budget"}
+        continue
+      report.section(name, lambda p=packing: _real_run(quick, root, log, p))
+    shutil.rmtree(root, ignore_errors=True)
+    spec = {"quick": quick, "train": [("base", {})]}
+    lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env, 240.0, log)
+    report.section("jax", lambda: _collect(lines, error))
+  elif xla_levers:
     spec = {"quick": quick, "train": [("base", {})]}
     for title, flag in [("defaults", "")] + XLA_LEVERS:
       flags = " ".join(f for f in (env.get("XLA_FLAGS", ""), flag) if f)
@@ -344,7 +445,7 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
     report.section("jax", lambda: _collect(lines, error))
   import importlib.util
   missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-  if levers or xla_levers:
+  if levers or xla_levers or real_run:
     pass  # the peers ran beside the defaults in the speed check itself
   elif peers is None or missing:
     report.data["peers"] = {"skipped": "no peers folder (.peers/ or ../shared/peers)"
@@ -480,6 +581,19 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
                                  if value and "error" not in value else None)
   if levers:
     out["levers_over_defaults"] = levers
+  for name in ("real_run_packed", "real_run_bucketed"):
+    run_ = data.get(name) or {}
+    if "steady_target_tokens_per_sec" not in run_:
+      continue
+    quick = data.get("quick")
+    over = _ratio(run_["steady_target_tokens_per_sec"], rate(train.get("base")))
+    to_steady = run_["seconds_to_steady_state"]
+    out[f"{name}_over_synthetic"] = {
+        "value": over, "target": REAL_RUN_TARGETS["over_synthetic"],
+        "met": None if over is None or quick else over >= REAL_RUN_TARGETS["over_synthetic"]}
+    out[f"{name}_seconds_to_steady_state"] = {
+        "value": to_steady, "target": REAL_RUN_TARGETS["seconds_to_steady_state"],
+        "met": None if quick else to_steady <= REAL_RUN_TARGETS["seconds_to_steady_state"]}
   out["device"] = device.get("kind")
   out["jax"] = device.get("jax")
   out["failed"] = {k: v["error"] for k, v in {**jax_parts, **peers}.items()
