@@ -88,11 +88,12 @@ class DataConfig:
   bucket_growth: float = 1.1   # ... and grow by ~10%
   # Training batches of packed rows (t2t_jax/packing.py: several pairs a row, each sentence
   # attending only to itself) instead of the paper's length buckets: a few step shapes
-  # instead of one per bucket, and less padding. "auto" (backend.packing): on for GPU and
-  # TPU, off on CPU. Evaluation batches are bucketed either way.
+  # instead of one per bucket, and less padding. "auto" (backend.packing): on, on every
+  # backend, as measured; false gives the paper's buckets. Evaluation batches are bucketed
+  # either way.
   packing: bool | Literal["auto"] = "auto"
   # The shortest packed row's target length; rows double from it up to max_length.
-  # "auto": max_length // 2.
+  # "auto": the least power of two that holds 4 sentences of the corpus's mean length.
   pack_min_length: int | Literal["auto"] = "auto"
   data_dir: str = ""           # prepared-data cache; empty = ~/.cache/t2t_jax
   # An existing SentencePiece model (a spm.model file, or a workdir holding one) to tokenise

@@ -601,7 +601,8 @@ class Dataset:
     src = self.train.src_len[self._train_ids].astype(np.int64) + 1  # + EOS
     tgt = self.train.tgt_len[self._train_ids].astype(np.int64) + 1
     shortest = cfg.data.pack_min_length
-    shortest = cfg.data.max_length // 2 if shortest == "auto" else int(shortest)
+    shortest = (packing.shortest_row(tgt, cfg.data.max_length) if shortest == "auto"
+                else int(shortest))
     classes = packing.row_classes(cfg.data.max_length, shortest,
                                   float(src.sum() / tgt.sum()))
     self.plan = packing.make_plan(src, tgt, classes)

@@ -41,6 +41,17 @@ SOURCE_SLACK = 1.03
 # split every step evenly (no filler rows), and accelerators tile the lengths evenly.
 ROW_MULTIPLE = 8
 MAX_REPACKS = 6  # rounds of packing the pairs that overflowing rows gave back
+# The shortest rows hold about this many sentences of the corpus's mean target length: rows
+# of ~5 WMT-shaped sentences filled 99.4% of their target slots, rows of ~2 Multi30k
+# sentences 82% (2026-11-27).
+SENTENCES_PER_ROW = 4
+
+
+def shortest_row(target_lengths: np.ndarray, max_length: int) -> int:
+  """The "auto" shortest row class: the least power of two holding SENTENCES_PER_ROW
+  sentences of the mean target length (EOS included), at most `max_length`."""
+  want = SENTENCES_PER_ROW * float(np.mean(target_lengths)) if len(target_lengths) else 1.0
+  return min(max_length, 1 << max(0, math.ceil(math.log2(max(want, 1.0)))))
 
 
 def round_up(x: float, multiple: int) -> int:

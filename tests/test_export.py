@@ -61,6 +61,26 @@ def _test_split(cfg):
   return src
 
 
+def _same_or_a_near_tie(workdir, cfg, sentence, theirs, mine, tol=1e-3):
+  """Whether two greedy translations are the same or part first where our model scores the
+  two tokens within `tol` nats: implementations whose logits agree to ~1e-4 may break such a
+  tie either way (a tie that a differently trained demo model meets on 1 of 500 sentences)."""
+  if theirs == mine:
+    return True
+  from t2t_jax import checkpoints
+  from t2t_jax.special_tokens import EOS_ID
+  from t2t_jax.vocab import Vocabulary
+  vocab = Vocabulary(str(workdir / "spm.model"))
+  a, b = vocab.encode(theirs) + [EOS_ID], vocab.encode(mine) + [EOS_ID]
+  k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+  params, _ = checkpoints.load_params_for_inference(str(workdir), cfg)
+  src = np.array([vocab.encode(sentence) + [EOS_ID]], np.int32)
+  logits = model.Transformer(cfg.model).apply({"params": params}, src,
+                                              np.array([a[:k + 1]], np.int32))[0, k]
+  logp = np.asarray(logits - np.log(np.sum(np.exp(logits - logits.max()))) - logits.max())
+  return abs(float(logp[a[k]] - logp[b[k]])) < tol
+
+
 def _ours_greedy(workdir, sentences):
   from t2t_jax.translator import Translator
   return Translator.from_workdir(str(workdir), beam_size=1, alpha=0.0).translate(sentences)
@@ -104,15 +124,18 @@ def test_transformers_loads_the_export_and_computes_our_logits_and_translations(
 
   # Greedy search, each sentence with our length limit (its tokens + 50, then EOS).
   mine = _ours_greedy(workdir, sentences)
-  ended = 0
+  ended = differ = 0
   for n in sorted({len(x) for x in ids}):
     rows = [i for i, x in enumerate(ids) if len(x) == n]
     with torch.no_grad():
       gen = hf.generate(input_ids=torch.tensor([ids[i] for i in rows]), num_beams=1,
                         do_sample=False, max_new_tokens=n - 1 + 50 + 1, min_new_tokens=1)
     for i, text in zip(rows, tokenizer.batch_decode(gen, skip_special_tokens=True)):
-      assert text == mine[i], (sentences[i], text, mine[i])
+      assert _same_or_a_near_tie(workdir, cfg, sentences[i], text, mine[i]), (
+          sentences[i], text, mine[i])
+      differ += text != mine[i]
       ended += len(text.split()) < n + 40
+  assert differ <= 0.01 * len(sentences)
   assert ended > 0.9 * len(sentences)  # the model ends its sentences
 
 
@@ -156,7 +179,9 @@ def test_ctranslate2_converts_the_export_and_translates_in_float32_and_int8(expo
                                              max_decoding_length=n - 1 + 50)
         for i, r in zip(rows, results):
           texts[i] = sp.decode(r.hypotheses[0])
-      assert texts == mine, [(a, b) for a, b in zip(texts, mine) if a != b][:3]
+      parted = [(s, a, b) for s, a, b in zip(sentences, texts, mine) if a != b]
+      assert len(parted) <= 0.01 * len(sentences), parted[:3]
+      assert all(_same_or_a_near_tie(workdir, cfg, *p) for p in parted), parted
   assert fits.mean() > 0.8
   assert np.abs(logp["float32"] - ours)[fits].max() < 1e-3
   assert np.abs(logp["int8"] - logp["float32"])[fits].mean() < 0.1

@@ -29,6 +29,10 @@ def test_row_classes_double_to_max_length_with_source_room_for_the_ratio():
   # A shorter source side; the longest class still holds a 256-token source.
   assert packing.row_classes(256, 64, 0.9) == [(64, 64), (128, 120), (256, 256)]
   assert packing.row_classes(32, 100, 1.0) == [(32, 40)]
+  # "auto": 4 sentences of the mean length, to a power of two: 4 x 25 -> 128; 4 x 15 -> 64.
+  assert packing.shortest_row(np.full(10, 25), 256) == 128
+  assert packing.shortest_row(np.array([10, 20]), 256) == 64
+  assert packing.shortest_row(np.full(3, 40), 64) == 64
 
 
 def test_rows_per_step_keep_the_token_budget_in_multiples_of_eight():

@@ -584,7 +584,8 @@ def test_nothing_compiles_in_the_loop_after_each_shapes_first_step(tmp_path):
                     "train.eval_every_steps": 8, "train.checkpoint_every_steps": 12,
                     "train.tokens_per_step": 512, "train.max_tokens_per_batch": 256,
                     "train.final_eval": False, "data.max_length": 32,
-                    "data.bucket_growth": 1.5, "model.dropout": 0.1})
+                    "data.bucket_growth": 1.5, "model.dropout": 0.1,
+                    "data.packing": False})  # length buckets: many shapes to compile
   train.train_and_evaluate(cfg, str(tmp_path))
   ds = input_pipeline.load(cfg, num_devices=jax.local_device_count())
   shapes = {ds.batch(step)["inputs"].shape for step in range(steps)}
@@ -1183,21 +1184,22 @@ def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop
   from t2t_jax import input_pipeline
   cfg = override(tiny_cfg(**{**FAST_DATA, "data.max_length": 64}), {
       "train.steps": 24, "train.log_every_steps": 6, "train.eval_every_steps": 12,
-      "train.checkpoint_every_steps": 1000, "train.final_eval": False})
+      "train.checkpoint_every_steps": 1000, "train.final_eval": False,
+      "data.packing": False})  # length buckets: several shapes to compile ahead
   ds = input_pipeline.load(cfg, num_devices=jax.local_device_count())
   train_shapes = ds.train_shapes()
-  met = {ds.batch(step)["inputs"].shape for step in range(cfg.train.steps)}
+  met = {train.batch_shapes(ds.batch(step)) for step in range(cfg.train.steps)}
   assert met <= set(train_shapes) and len(met) > 1 and len(train_shapes) == 3
-  eval_shapes = {b["inputs"].shape for b in ds.eval_batches(cfg.data.dev_split)}
+  eval_shapes = {train.batch_shapes(b) for b in ds.eval_batches(cfg.data.dev_split)}
   compiled, eval_compiled = [], []  # per call: whether its shape had no program yet
   real_train, real_eval = train.StepPrograms.train_step, train.StepPrograms.eval_step
 
   def train_step(self, state, batch, run_key, factor):
-    compiled.append(tuple(batch["inputs"].shape) not in self.train)
+    compiled.append(train.batch_shapes(batch) not in self.train)
     return real_train(self, state, batch, run_key, factor)
 
   def eval_step(self, params, batch):
-    eval_compiled.append(tuple(batch["inputs"].shape) not in self.eval)
+    eval_compiled.append(train.batch_shapes(batch) not in self.eval)
     return real_eval(self, params, batch)
   import unittest.mock
   with unittest.mock.patch.object(train.StepPrograms, "train_step", train_step), \
