@@ -302,7 +302,7 @@ def eight_gpu_projection(share: dict[str, Any]) -> dict[str, Any]:
 # Tatoeba pairs joined three to a line), packed and then bucketed, each for a few minutes,
 # beside the synthetic base step of the same call.
 REAL_RUN = {"pairs": 300_000, "minutes": 2.5, "log_every": 25}
-QUICK_REAL_RUN = {"pairs": 20_000, "minutes": 0.3, "log_every": 5}
+QUICK_REAL_RUN = {"pairs": 20_000, "minutes": 0.75, "log_every": 2}
 STEADY = 0.9  # a log window is steady once its rate is within 10% of the run's steady rate
 # Issue 53's targets on one H100 or H200: real tok/s >= 90% of the synthetic step's, and
 # steady within 2 minutes of the launch.
@@ -314,9 +314,9 @@ def _real_run_corpus(quick: bool, root: str, data: str | None) -> dict[str, Any]
   trainer starts so that the runs time training alone. No JAX in this process."""
   from t2t_jax import input_pipeline, registry
   from t2t_jax.config import override
-  from t2t_jax.tools import wmt_shaped
   shape = QUICK_REAL_RUN if quick else REAL_RUN
-  data = data or os.path.join(os.path.dirname(wmt_shaped._REPO), "shared", "data")
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  data = data or os.path.join(os.path.dirname(repo), "shared", "data")
   folders = [os.path.join(data, name) for name in ("tatoeba_ende", "wmt_newstest_ende")]
   missing = [f for f in folders if not os.path.isdir(f)]
   if missing:
@@ -324,7 +324,9 @@ def _real_run_corpus(quick: bool, root: str, data: str | None) -> dict[str, Any]
                             f"tatoeba_ende/ and wmt_newstest_ende/ (../shared/data)")
   corpus = os.path.join(root, "wmt_shaped")
   t0 = time.time()
-  wmt_shaped.write(corpus, shape["pairs"], 3, 0, *folders)
+  subprocess.run([sys.executable, "-m", "t2t_jax.tools.wmt_shaped", f"--out={corpus}",
+                  f"--pairs={shape['pairs']}", f"--tatoeba={folders[0]}",
+                  f"--newstest={folders[1]}"], check=True, capture_output=True, text=True)
   written = time.time() - t0
   cfg = override(registry.get("base_ende"), _real_run_sets(quick, corpus, root, True))
   cfg = input_pipeline.resolve_splits(cfg)
@@ -361,22 +363,22 @@ def _real_run(quick: bool, root: str, log: str, packing: bool) -> dict[str, Any]
   ended = time.time()
   rows = [r for r in device_check._metrics(work) if "tokens_per_sec" in r and "time" in r]
   shutil.rmtree(work, ignore_errors=True)
-  if len(rows) < 3:
-    raise RuntimeError(f"the run logged {len(rows)} windows; see {log}")
+  last = rows[-1] if rows else {}
+  found = {"packing": packing, "sets": sets, "steps": last.get("step", 0),
+           "compiles": last.get("compiles"), "compiled_ahead": last.get("compiled_ahead"),
+           "compile_seconds": last.get("compile_seconds"), "seconds": round(ended - launched, 1)}
+  if len(rows) < 3:  # a finding, not a failure: the budget ended before a steady rate
+    return {**found, "steady_target_tokens_per_sec": None, "note": f"{len(rows)} log line(s) "
+            f"in {sets['train.max_train_minutes']} min: no steady rate"}
   quiet = [r for p, r in zip(rows, rows[1:]) if r["compiles"] == p["compiles"]]
   late = quiet[len(quiet) // 2:] or rows[-1:]
   steady = statistics.median(r["tokens_per_sec"] for r in late)
   reached = next((r for r in rows[1:] if r["tokens_per_sec"] >= STEADY * steady), rows[-1])
-  last = rows[-1]
-  return {"packing": packing, "sets": sets, "steps": last["step"],
-          "steady_target_tokens_per_sec": round(steady),
+  return {**found, "steady_target_tokens_per_sec": round(steady),
           "seconds_to_first_log_line": round(rows[0]["time"] - launched, 1),
           "first_log_line_step": rows[0]["step"],
           "seconds_to_steady_state": round(reached["time"] - launched, 1),
-          "compiles": last["compiles"], "compiled_ahead": last.get("compiled_ahead"),
-          "compile_seconds": last.get("compile_seconds"),
-          "compiles_after_warmup": last.get("compiles_after_warmup"),
-          "seconds": round(ended - launched, 1)}
+          "compiles_after_warmup": last.get("compiles_after_warmup")}
 
 
 # The whole check's time on a GPU, within one 10-minute device call: the peers that would
@@ -583,7 +585,7 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
     out["levers_over_defaults"] = levers
   for name in ("real_run_packed", "real_run_bucketed"):
     run_ = data.get(name) or {}
-    if "steady_target_tokens_per_sec" not in run_:
+    if not run_.get("steady_target_tokens_per_sec"):
       continue
     quick = data.get("quick")
     over = _ratio(run_["steady_target_tokens_per_sec"], rate(train.get("base")))
