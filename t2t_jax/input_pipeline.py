@@ -1,4 +1,4 @@
-"""Length-bucketed batches of ~`train.tokens_per_step` tokens, ready for pmap.
+"""Packed or length-bucketed batches of ~`train.tokens_per_step` tokens, ready for pmap.
 
 Preparation (once, cached under the data directory, streamed so memory does not
 grow with the corpus): each split's text is read pair by pair into the cache, a
@@ -18,6 +18,10 @@ lengths alone:
   * each epoch is a fresh permutation from (seed, epoch) and the number of
     batches per epoch is fixed, so step k maps to (epoch, index) directly and a
     restarted run yields exactly the batches an uninterrupted run yields.
+Packed (`data.packing`, the default): the same, with rows of several pairs from
+the plan of t2t_jax/packing.py in place of one example a row, each step of one
+row class and a multiple of 8 rows, and sources and targets in rows of their
+own lengths. Evaluation batches are bucketed by powers of two either way.
 """
 
 from __future__ import annotations
@@ -665,8 +669,8 @@ class Dataset:
       step = int(self._class_rows[c])
       batches.extend(rows[i:i + step] for i in range(0, len(rows), step))
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    self._epoch_cache = (epoch, batches)
     self._slot_pair = slot_pair
+    self._epoch_cache = (epoch, batches)
     return batches
 
   def _row_pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
