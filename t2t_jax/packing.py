@@ -309,12 +309,12 @@ def gather_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
   offset = ends - span - row_base
   if (offset + span).max() > length:
     raise ValueError(f"packed sentences overflow a row of {length} tokens")
-  # Every token: its sentence, its index in the sentence.
-  total = int(n.sum())
-  sentence = np.repeat(np.arange(len(pair)), n)
-  within = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+  # Token j of the concatenated sentences: its place in `out` and in `flat` are each its
+  # sentence's start plus j less the tokens of the sentences before it.
+  before = np.cumsum(n) - n
+  counter = np.arange(int(n.sum()))
   flat_out = out.reshape(-1)
-  flat_out[row[sentence] * length + offset[sentence] + within] = \
-      flat[starts[pair][sentence] + within]
+  flat_out[np.repeat(row * length + offset - before, n) + counter] = \
+      flat[np.repeat(starts[pair] - before, n) + counter]
   flat_out[row * length + offset + n] = EOS_ID
   return out
