@@ -61,8 +61,8 @@ flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth i
 flags.DEFINE_bool("xla_levers", False, "Speed check: what each candidate XLA GPU option "
                   "(speed_check.XLA_LEVERS) is worth instead.")
 flags.DEFINE_bool("real_run", False, "Speed check: base_ende's training on WMT-shaped data, "
-                  "packed and bucketed, beside the synthetic base step instead (about 8 "
-                  "minutes on one GPU).")
+                  "packed, beside the synthetic base step, then bucketed when time allows "
+                  "instead (at most 9 minutes on one GPU).")
 flags.DEFINE_string("real_run_data", None, "Speed check --real_run: the folder holding "
                     "tatoeba_ende/ and wmt_newstest_ende/ (default: ../shared/data).")
 flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
