@@ -77,16 +77,6 @@ def bucket_boundaries(max_length: int, min_length: int = 8, growth: float = 1.1)
   return bounds
 
 
-def eval_boundaries(max_length: int, min_length: int = 8) -> list[int]:
-  """8, 16, 32, ... ending exactly at `max_length`: the lengths of evaluation batches."""
-  bounds, x = [], min_length
-  while x < max_length:
-    bounds.append(x)
-    x *= 2
-  bounds.append(max_length)
-  return bounds
-
-
 def micro_batch_tokens(cfg: ExperimentConfig, num_devices: int) -> int:
   """`train.max_tokens_per_batch` for this backend: "auto" is resolved by
   `backend.micro_batch_tokens` from the model's estimated memory per token."""
@@ -612,15 +602,14 @@ class Dataset:
     class, and an accumulation count that splits every class's step evenly where one
     near the memory-derived count does."""
     cfg, start = self.cfg, time.time()
-    src = self.train.src_len[self._train_ids].astype(np.int64) + 1  # + EOS
-    tgt = self.train.tgt_len[self._train_ids].astype(np.int64) + 1
+    src, tgt = self._train_lengths()
     shortest = cfg.data.pack_min_length
     shortest = (packing.shortest_row(tgt, cfg.data.max_length) if shortest == "auto"
                 else int(shortest))
     classes = packing.row_classes(cfg.data.max_length, shortest,
                                   float(src.sum() / tgt.sum()))
     self.plan = packing.make_plan(src, tgt, classes)
-    self._pair_type = tgt * self.plan.type_base + src
+    self._pair_type = self.plan.pair_types(src, tgt)
     self._class_rows = np.array([packing.rows_per_step(cfg.train.tokens_per_step, lt)
                                  for lt, _ in classes])
     counts = np.bincount(self.plan.row_class, minlength=len(classes))
@@ -749,17 +738,21 @@ class Dataset:
                int(self.boundaries[b])) for b in np.nonzero(self._batches_per_bucket)[0]]
     return [(shape, shape) for shape in shapes]
 
+  def _train_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) lengths of every training pair, EOS included."""
+    ids = self._train_ids
+    return (self.train.src_len[ids].astype(np.int64) + 1,
+            self.train.tgt_len[ids].astype(np.int64) + 1)
+
   def pair_lengths(self) -> tuple[np.ndarray, ...]:
     """(source, target, source row, target row) lengths of every training pair, EOS
     included: the rows of its length bucket, or packed, of the shortest row class it fits."""
-    ids = self._train_ids
-    src = self.train.src_len[ids].astype(np.int64) + 1
-    tgt = self.train.tgt_len[ids].astype(np.int64) + 1
+    src, tgt = self._train_lengths()
     if not self.packed:
       rows = self.boundaries[self._bucket_of]
       return src, tgt, rows, rows
     lt, ls = (np.array(side) for side in zip(*self.plan.classes))
-    cls = np.argmax((tgt[:, None] <= lt) & (src[:, None] <= ls), axis=1)
+    cls = packing.pair_classes(src, tgt, self.plan.classes)
     return src, tgt, ls[cls], lt[cls]
 
   def train_batches(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
@@ -793,7 +786,7 @@ class Dataset:
     # Lengths by powers of two, and every batch of a length its full number of rows (filler
     # rows all PAD, which the loss does not count): a few eval shapes to compile, not one per
     # length bucket and a last batch of each (33 for newstest2013 before).
-    bounds = np.array(eval_boundaries(max_len))
+    bounds = np.array(bucket_boundaries(max_len, growth=2.0))
     i = 0
     while i < len(order):
       length = int(bounds[np.searchsorted(bounds, lengths[order[i]])])
@@ -823,8 +816,7 @@ class Dataset:
   def info(self) -> dict[str, Any]:
     """Summary figures; the padding fractions are measured over one epoch (both sides
     together, and each side)."""
-    slots = real = 0
-    side_slots, side_real = np.zeros(2), np.zeros(2)  # source, target
+    slots = np.zeros(2)  # source, target
     shapes = set()
     micro_batches = self.num_devices * self.process_count * self.accum_steps
     if self.packed:
@@ -832,31 +824,26 @@ class Dataset:
         rows = micro_batches * self._micro_rows(int(self._class_rows[c]))
         target_length, source_length = self.plan.classes[c]
         shapes.add((rows, source_length, target_length))
-        side_slots += int(self._batches_per_class[c]) * rows * np.array([source_length,
-                                                                          target_length])
-      ids = self._train_ids
-      side_real += [self.train.src_len[ids].sum() + len(ids),
-                    self.train.tgt_len[ids].sum() + len(ids)]
-      slots, real = side_slots.sum(), side_real.sum()
-    for step in range(0 if self.packed else self.steps_per_epoch):
-      ids = self.step_examples(step)
-      bucket = int(self._bucket_of_example(ids[:1])[0])
-      length = int(self.boundaries[bucket])
-      micro = self.num_devices * self.process_count * self.accum_steps
-      rows = self._micro_rows(int(self._rows[bucket]))
-      shapes.add((rows, length))
-      slots += 2 * micro * rows * length
-      real += int(self.train.src_len[ids].sum() + self.train.tgt_len[ids].sum()) + 2 * len(ids)
-      side_slots += micro * rows * length
-      side_real += [self.train.src_len[ids].sum() + len(ids),
-                    self.train.tgt_len[ids].sum() + len(ids)]
+        slots += int(self._batches_per_class[c]) * rows * np.array([source_length,
+                                                                     target_length])
+    else:
+      for step in range(self.steps_per_epoch):
+        ids = self.step_examples(step)
+        bucket = int(self._bucket_of_example(ids[:1])[0])
+        length = int(self.boundaries[bucket])
+        rows = self._micro_rows(int(self._rows[bucket]))
+        shapes.add((rows, length))
+        slots += micro_batches * rows * length
+    # Every training pair is in one step of the epoch, bucketed or packed.
+    src, tgt = self._train_lengths()
+    real = np.array([src.sum(), tgt.sum()], np.float64)
     return {"train_pairs": len(self._train_ids), "filtered_too_long": self.num_filtered,
             "dropped_empty": self.meta["dropped_empty"], "splits": self.meta["splits"],
             "vocab_size": self.vocab.size, "steps_per_epoch": self.steps_per_epoch,
             "accum_steps": self.accum_steps, "packed": self.packed, "num_shapes": len(shapes),
-            "padding_fraction": round(1 - real / max(slots, 1), 4),
-            "source_padding_fraction": round(1 - side_real[0] / max(side_slots[0], 1), 4),
-            "target_padding_fraction": round(1 - side_real[1] / max(side_slots[1], 1), 4)}
+            "padding_fraction": round(1 - real.sum() / max(slots.sum(), 1), 4),
+            "source_padding_fraction": round(1 - real[0] / max(slots[0], 1), 4),
+            "target_padding_fraction": round(1 - real[1] / max(slots[1], 1), 4)}
 
   def summary(self) -> str:
     m = self.meta

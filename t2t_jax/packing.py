@@ -96,6 +96,10 @@ class Plan:
   def num_rows(self) -> int:
     return len(self.row_class)
 
+  def pair_types(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """The type of each pair of source and target lengths `src`, `tgt` (EOS included)."""
+    return _pair_types(src, tgt, self.type_base)
+
   def deal(self, pair_type: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Pair index of every slot: the pairs of each type dealt to its slots in a random
     order. `pair_type` [pairs] must hold exactly the plan's multiset of types."""
@@ -105,6 +109,10 @@ class Plan:
     out = np.empty(len(slots), np.int64)
     out[slots] = pairs
     return out
+
+
+def _pair_types(src: np.ndarray, tgt: np.ndarray, base: int) -> np.ndarray:
+  return np.asarray(tgt, np.int64) * base + np.asarray(src, np.int64)
 
 
 def _fill(counts: np.ndarray, room: int) -> dict[int, int]:
@@ -244,17 +252,23 @@ def _give_back(src: np.ndarray, tgt: np.ndarray, ratio: float, classes, row_clas
   return leave
 
 
-def make_plan(src: np.ndarray, tgt: np.ndarray, classes: list[tuple[int, int]],
-              seed: int = 0) -> Plan:
-  """The rows of `classes` that hold the pairs of source and target lengths `src`, `tgt`
-  (EOS included; each pair fits the last class)."""
-  src, tgt = np.asarray(src, np.int64), np.asarray(tgt, np.int64)
+def pair_classes(src: np.ndarray, tgt: np.ndarray, classes: list[tuple[int, int]]
+                 ) -> np.ndarray:
+  """The shortest row class each pair of source and target lengths fits alone."""
   lt = np.array([c[0] for c in classes])
   ls = np.array([c[1] for c in classes])
   fits = (tgt[:, None] <= lt[None]) & (src[:, None] <= ls[None])
   if len(src) and not fits[:, -1].all():
     raise ValueError(f"a pair does not fit the longest row class {classes[-1]}")
-  cls = np.argmax(fits, axis=1)
+  return np.argmax(fits, axis=1)
+
+
+def make_plan(src: np.ndarray, tgt: np.ndarray, classes: list[tuple[int, int]],
+              seed: int = 0) -> Plan:
+  """The rows of `classes` that hold the pairs of source and target lengths `src`, `tgt`
+  (EOS included; each pair fits the last class)."""
+  src, tgt = np.asarray(src, np.int64), np.asarray(tgt, np.int64)
+  cls = pair_classes(src, tgt, classes)
   ratio = float(src.sum() / max(tgt.sum(), 1))
   rng = np.random.default_rng(seed)
   row_class, row_pairs = [], []  # per round: classes [rows], and (slot row, slot pair)
@@ -285,9 +299,9 @@ def make_plan(src: np.ndarray, tgt: np.ndarray, classes: list[tuple[int, int]],
   order = np.argsort(slot_row, kind="stable")
   slot_row, slot_pair = slot_row[order], slot_pair[order]
   row_start = np.searchsorted(slot_row, np.arange(len(row_class) + 1))
-  base = int(max(ls.max(), lt.max())) + 1
+  base = max(max(c) for c in classes) + 1
   return Plan(classes, row_class.astype(np.int32), row_start.astype(np.int64),
-              tgt[slot_pair] * base + src[slot_pair], base)
+              _pair_types(src[slot_pair], tgt[slot_pair], base), base)
 
 
 def gather_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
