@@ -465,13 +465,8 @@ def predicted_masked_attention_share(ds: Any) -> float:
   s, t, ls, lt = (x.astype(float) for x in ds.pair_lengths())
   masked = (m.num_encoder_layers * (s * (ls - s)).sum()
             + m.num_layers * ((t * lt - t * (t + 1) / 2).sum() + (t * (ls - s)).sum()))
-  d, d_ff, v = m.d_model, m.d_ff, m.vocab_size
-  # train_flops per token with each pair's row lengths as the attention lengths
-  enc = s * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * ls * d)
-  dec = t * m.num_layers * (6 * d * d + 2 * d * d_ff + 2 * lt * d + 2 * ls * d)
-  total = 3 * 2 * (enc.sum() + dec.sum() + (s * m.num_layers * 2 * d * d).sum()
-                   + (t * d * v).sum())
-  return float(3 * 2 * 2 * d * masked / total)
+  total = train_flops(m, 1, s, t, src_keys=ls, tgt_keys=lt).sum()
+  return float(3 * 2 * 2 * m.d_model * masked / total)
 
 
 def _rss_parts() -> dict[str, int]:

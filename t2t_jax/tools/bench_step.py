@@ -49,12 +49,16 @@ def matmul_peak(dtype: str, n: int = 2048, repeats: int = 5, calls: int = 1,
   return 2 * n ** 3 * calls / median_time(timed, repeats)
 
 
-def train_flops(m: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
+def train_flops(m: ModelConfig, batch: int, src_len: Any, tgt_len: Any,
+                src_keys: Any = None, tgt_keys: Any = None) -> Any:
   """Analytic FLOPs of one training step of model config `m`: matmuls only, training = 3 x
-  forward."""
+  forward. Each query meets `src_keys` / `tgt_keys` keys (default: the row's length, as in
+  a step); numpy arrays give the FLOPs of each element."""
+  src_keys = src_len if src_keys is None else src_keys
+  tgt_keys = tgt_len if tgt_keys is None else tgt_keys
   d, d_ff, L = m.d_model, m.d_ff, m.num_layers
-  enc = src_len * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * src_len * d)
-  dec = tgt_len * L * (6 * d * d + 2 * d * d_ff + 2 * tgt_len * d + 2 * src_len * d)
+  enc = src_len * m.num_encoder_layers * (4 * d * d + 2 * d * d_ff + 2 * src_keys * d)
+  dec = tgt_len * L * (6 * d * d + 2 * d * d_ff + 2 * tgt_keys * d + 2 * src_keys * d)
   cross_kv = src_len * L * 2 * d * d
   out = tgt_len * d * m.vocab_size
   return 3 * 2 * batch * (enc + dec + cross_kv + out)
