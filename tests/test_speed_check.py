@@ -90,3 +90,43 @@ def test_a_real_run_is_read_against_the_synthetic_step_of_the_same_call():
   assert s["real_run_packed_seconds_to_steady_state"]["met"] is True
   assert s["real_run_bucketed_seconds_to_steady_state"] == {"value": 400.0, "target": 120.0,
                                                             "met": False}
+
+
+def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends):
+  """speed_check.run(real_run=True) with its runs replaced by stand-ins that advance a fake
+  clock by `spends[part]` seconds; returns the parts that ran and the JSON written."""
+  import json
+  clock = [1000.0]
+  ran = []
+  monkeypatch.setattr(speed_check.time, "time", lambda: clock[0])
+  def corpus(quick, root, data):
+    clock[0] += spends["corpus"]
+    return {"corpus": str(tmp_path / "c")}
+  def real_run(quick, corpus_dir, root, log, packing):
+    name = "packed" if packing else "bucketed"
+    ran.append(name)
+    clock[0] += spends[name]
+    return {"steady_target_tokens_per_sec": 1.0, "seconds_to_steady_state": 1.0}
+  def run_lines(cmd, env, timeout, log):
+    ran.append("synthetic")
+    clock[0] += spends["synthetic"]
+    return [], None
+  monkeypatch.setattr(speed_check, "_real_run_corpus", corpus)
+  monkeypatch.setattr(speed_check, "_real_run", real_run)
+  monkeypatch.setattr(speed_check, "_run_lines", run_lines)
+  out = tmp_path / "check.json"
+  speed_check.run(False, str(out), real_run=True, budget_s=budget_s, real_run_batching=batching)
+  return ran, json.loads(out.read_text())
+
+
+def test_the_bucketed_real_run_starts_only_with_the_time_it_may_need(monkeypatch, tmp_path):
+  # As on the H200 (2026-11-28): corpus 12 s, packed 200 s, synthetic 52 s; 276 s were then
+  # left of 540, and a bucketed run that compiled 31 programs for over 200 s did not fit them.
+  spends = {"corpus": 12, "packed": 200, "synthetic": 52, "bucketed": 500}
+  ran, data = _fake_real_run_check(monkeypatch, tmp_path, None, "both", spends)
+  assert ran == ["packed", "synthetic"]
+  assert "real_run_batching=bucketed" in data["real_run_bucketed"]["skipped"]
+  ran, _ = _fake_real_run_check(monkeypatch, tmp_path, None, "bucketed", spends)
+  assert ran == ["synthetic", "bucketed"]  # alone, it fits the 540 s: 64 s spent, 450 needed
+  ran, _ = _fake_real_run_check(monkeypatch, tmp_path, 2000, "both", spends)
+  assert ran == ["packed", "synthetic", "bucketed"]

@@ -63,8 +63,14 @@ flags.DEFINE_bool("xla_levers", False, "Speed check: what each candidate XLA GPU
 flags.DEFINE_bool("real_run", False, "Speed check: base_ende's training on WMT-shaped data, "
                   "packed, beside the synthetic base step, then bucketed when time allows "
                   "instead (at most 9 minutes on one GPU).")
+flags.DEFINE_enum("real_run_batching", "both", ["both", "packed", "bucketed"], "Speed check "
+                  "--real_run: which batchings to run (`both`: bucketed after packed when the "
+                  "check's time allows; on a GPU it does not, so `bucketed` runs it alone).")
 flags.DEFINE_string("real_run_data", None, "Speed check --real_run: the folder holding "
                     "tatoeba_ende/ and wmt_newstest_ende/ (default: ../shared/data).")
+flags.DEFINE_float("budget_s", None, "Speed check: seconds the whole check may take; the parts "
+                   "that would start after it are skipped and say so (default: 540 on a GPU, "
+                   "900 with --quick).")
 flags.DEFINE_string("peers", None, "Speed check: the peers' folder (default: .peers/ in the "
                     "repository, else ../shared/peers).")
 flags.DEFINE_string("workdir", None, "Deploy: the trained run to export and compare.")
@@ -497,7 +503,9 @@ def main(argv: list[str]) -> None:
     out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
     sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers,
                                  xla_levers=FLAGS.xla_levers, real_run=FLAGS.real_run,
-                                 real_run_data=FLAGS.real_run_data))
+                                 real_run_data=FLAGS.real_run_data,
+                                 budget_s=FLAGS.budget_s,
+                                 real_run_batching=FLAGS.real_run_batching))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError
