@@ -324,9 +324,11 @@ class DevBleu:
   """`train.bleu_every_steps`: the first `train.bleu_sentences` dev sentences translated with
   the current parameters; their sacreBLEU and three samples, for the log.
 
-  One decoder is built once (its search compiles once per batch shape); each call hands it a
-  host copy of the parameters placed on this process's devices, so a multi-process job decodes
-  on process 0 alone, with no collective.
+  One decoder is built once; each call hands it a host copy of the parameters placed on this
+  process's devices, so a multi-process job decodes on process 0 alone, with no collective.
+  Its batches keep their rows until their slowest sentence ends, so that the trainer can
+  compile all of its search before step 1 (`BeamDecoder.compile_ahead`): shrinking batches
+  would meet shapes that depend on the parameters of the moment.
   """
 
   SAMPLES = 3
@@ -339,7 +341,7 @@ class DevBleu:
     decode_cfg = dataclasses.replace(cfg.decode, beam_size=t.bleu_beam_size, mbr=False)
     self.decoder = decode.BeamDecoder(params, cfg.model, decode_cfg, ds.vocab,
                                       max_input_length=min(cfg.data.max_length,
-                                                           cfg.model.max_len))
+                                                           cfg.model.max_len), shrink=False)
     self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
 
   def __call__(self, replicated_params: Any) -> dict[str, Any]:

@@ -307,6 +307,11 @@ def cache_phases(total: int) -> list[int]:
   return sizes
 
 
+def _shape_key(args: Any) -> tuple:
+  """The shapes and dtypes of a tree of arrays: which compiled program fits them."""
+  return tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(args))
+
+
 def strip(ids: Sequence[int]) -> list[int]:
   """Token ids up to (not including) the first EOS."""
   out = []
@@ -329,10 +334,16 @@ class BeamDecoder:
   def __init__(self, params: Any, model_cfg: ModelConfig | Sequence[ModelConfig],
                decode_cfg: DecodeConfig,
                vocab: Any, max_input_length: int, tokens_per_batch: int | None = None,
-               num_devices: int | None = None):
+               num_devices: int | None = None, shrink: bool = True):
     """`tokens_per_batch`: source tokens per device in one batch (default: the backend's,
-    `decode_cfg.batch_tokens`)."""
+    `decode_cfg.batch_tokens`). `shrink=False` keeps each batch at its rows until its
+    slowest sentence ends: slower, but the programs it runs depend only on the sources, so
+    `compile_ahead` can compile them all (the trainer's dev BLEU, run mid-training)."""
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
+    self.shrink = shrink
+    # Programs compiled ahead (`compile_ahead`), by part and the shapes of its arguments
+    # other than the parameters; a shape not among them runs the pmapped function.
+    self._programs: dict[tuple[str, Any], Any] = {}
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch or backend.decode_batch_tokens(
         decode_cfg.batch_tokens)
@@ -359,7 +370,7 @@ class BeamDecoder:
     rows on CPUs, and on GPUs once a batch fills the device.
     """
     n_dev, rows, _ = batch.shape
-    state = self._start(self.params, batch)
+    state = self._call("start", self._start, self.params, batch)
     seqs = np.zeros(state["sent"]["fin_seqs"].shape, np.int32)
     scores = np.full(state["sent"]["fin_scores"].shape, NEG_INF, np.float32)
     held = np.tile(np.arange(rows), (n_dev, 1))  # the batch row each state row holds
@@ -373,14 +384,15 @@ class BeamDecoder:
     cache_at, step = 0, 0
     while True:
       end = min(step + COMPACT_EVERY, phases[cache_at])
-      state = self._steps(self.params, state, np.full(n_dev, end, np.int32))
+      state = self._call("steps", self._steps, self.params, state,
+                         np.full(n_dev, end, np.int32))
       step = end
       done = np.asarray(state["sent"]["done"])
       if done.all() or step >= phases[-1]:
         break
       searching = int((~done).sum(axis=1).max())
       smaller = max(1 << (searching - 1).bit_length(), MIN_ROWS)
-      if smaller <= done.shape[1] // 2:
+      if self.shrink and smaller <= done.shape[1] // 2:
         keep()
         # Searching rows first, then done ones as padding: a done row's result is final.
         order = np.argsort(done, axis=1, kind="stable")[:, :smaller]
@@ -388,9 +400,51 @@ class BeamDecoder:
         held = np.take_along_axis(held, order, axis=1)
       if step == phases[cache_at]:  # after shrinking: only the rows kept grow
         cache_at += 1
-        state = self._grow(state, phases[cache_at])
+        size = phases[cache_at]
+        state = self._call("grow", lambda st: self._grow(st, size), state, size=size)
     keep()
     return seqs, scores
+
+  def _call(self, part: str, fn: Any, *args: Any, size: int | None = None) -> Any:
+    """`fn(*args)` through the program compiled ahead for these shapes, if there is one (a
+    compiled program takes the arguments that are not static: `grow`'s `size` is not
+    passed)."""
+    shaped = args if part == "grow" else args[1:]  # start and steps: the parameters first
+    program = self._programs.get((part, _shape_key(shaped), size))
+    return (program or fn)(*args)
+
+  def compile_ahead(self, sentences: Sequence[str], workers: int = 1) -> int:
+    """Compiles every search program that translating `sentences` will run, `workers` at a
+    time; returns how many it compiled. Only for a decoder that does not shrink its batches:
+    which smaller batches a shrinking search meets depends on when its sentences end."""
+    if self.shrink:
+      raise ValueError("compile_ahead needs a BeamDecoder(..., shrink=False)")
+    import concurrent.futures
+    abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                         tree)
+    params = abstract(self.params)
+    sources = self.encode([s for s in sentences if s.strip()])
+    jobs = []
+    for shape in sorted({batch.shape for _, batch in self._batches(sources)}):
+      batch = jax.ShapeDtypeStruct(shape, jnp.int32)
+      jobs.append((("start", _shape_key((batch,)), None),
+                   lambda b=batch: self._start.lower(params, b).compile()))
+      state = jax.eval_shape(self._start, params, batch)
+      end = jax.ShapeDtypeStruct((shape[0],), jnp.int32)
+      phases = cache_phases(state["sent"]["fin_seqs"].shape[-1])
+      for at, size in enumerate(phases):
+        jobs.append((("steps", _shape_key((state, end)), None),
+                     lambda st=state, e=end: self._steps.lower(params, st, e).compile()))
+        if at + 1 < len(phases):
+          grown = phases[at + 1]
+          jobs.append((("grow", _shape_key((state,)), grown),
+                       lambda st=state, n=grown: self._grow.lower(st, n).compile()))
+          state = jax.eval_shape(lambda st, n=grown: self._grow(st, n), state)
+    jobs = [job for job in dict(jobs).items() if job[0] not in self._programs]
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+      for (key, _), program in zip(jobs, pool.map(lambda job: job[1](), jobs)):
+        self._programs[key] = program
+    return len(jobs)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0
@@ -413,9 +467,21 @@ class BeamDecoder:
     """EOS-terminated source ids -> the beam's finished hypotheses (ids without EOS) with
     the scores the search ranked them by, log p(Y) / lp(|Y|) with |Y| counting the EOS, best
     first, in input order. Slots the search left empty score -inf."""
+    results: list[list[tuple[list[int], float]]] = [[] for _ in sources]
+    for chunk, batch in self._batches(sources):
+      seqs, scores = self._search(batch)
+      seqs = seqs.reshape(-1, *seqs.shape[2:])
+      scores = scores.reshape(seqs.shape[0], -1)
+      for row, j in enumerate(chunk):
+        results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
+                      for hyp, score in zip(seqs[row], scores[row])]
+    return results
+
+  def _batches(self, sources: Sequence[list[int]]):
+    """The search's batches of `sources`, shortest first: (the sources' indices, their
+    batch [devices, rows, width])."""
     n_dev = len(self.devices)
     order = sorted(range(len(sources)), key=lambda j: len(sources[j]))
-    results: list[list[tuple[list[int], float]]] = [[] for _ in sources]
     round8 = lambda n: -(-n // 8) * 8  # lengths in multiples of 8: few compiled shapes
     start = 0
     while start < len(order):
@@ -428,14 +494,8 @@ class BeamDecoder:
       batch = np.zeros((n_dev * per_dev, width), np.int32)
       for row, j in enumerate(chunk):
         batch[row, :len(sources[j])] = sources[j]
-      seqs, scores = self._search(batch.reshape(n_dev, per_dev, width))
-      seqs = seqs.reshape(n_dev * per_dev, *seqs.shape[2:])
-      scores = scores.reshape(n_dev * per_dev, -1)
-      for row, j in enumerate(chunk):
-        results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
-                      for hyp, score in zip(seqs[row], scores[row])]
+      yield chunk, batch.reshape(n_dev, per_dev, width)
       start += len(chunk)
-    return results
 
   def score_ids(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, int]]:
     """EOS-terminated (source, target) ids -> (log p(target | source), target tokens), in

@@ -557,8 +557,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
 
   def compile_ahead(programs: StepPrograms, state: TrainState, run_key: jax.Array,
                     factor: jax.Array) -> int:
-    """Compiles the train step of every batch shape of the epoch, and the eval step of every
-    dev batch shape (the dev loss runs at least at the last step), before the first step."""
+    """Compiles the train step of every batch shape of the epoch, the eval step of every
+    dev batch shape (the dev loss runs at least at the last step) and, with
+    `train.bleu_every_steps`, the dev BLEU's search, before the first step."""
     train_shapes = ds.train_shapes()
     try:
       eval_shapes = sorted({batch_shapes(b) for b in ds.eval_batches(cfg.data.dev_split)})
@@ -566,8 +567,13 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       eval_shapes = []  # no dev split: the evaluation says so when it comes
     workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
     print(f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
-          f"step for {len(eval_shapes)}, {workers} at a time", flush=True)
-    return programs.compile_ahead(state, run_key, factor, train_shapes, eval_shapes, workers)
+          f"step for {len(eval_shapes)}, {workers} at a time"
+          + (", then the dev BLEU search" if dev_bleu else ""), flush=True)
+    compiled = programs.compile_ahead(state, run_key, factor, train_shapes, eval_shapes,
+                                      workers)
+    if dev_bleu:
+      compiled += dev_bleu.decoder.compile_ahead(dev_bleu.sources, os.cpu_count() or 1)
+    return compiled
 
   def dev_loss(step: int) -> dict[str, float]:
     nonlocal evals_done
@@ -581,7 +587,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     return dev
 
   def bleu_line(step: int) -> dict[str, Any]:
+    compiled = compiles.count
     found = dev_bleu(state.params)
+    # Its search was compiled before step 1 (`compile_ahead`): anything compiled here is
+    # counted as the loop's.
+    stats.compiles_after_warmup += compiles.count - compiled
     print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
           f"{len(dev_bleu.sources)} sentences, {dev_bleu.search}, "
           f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
@@ -675,8 +685,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
               f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
     print(f"compilations: {compiles.count} ({stats.compiled_ahead} before the first step), "
-          f"{compiles.seconds:.1f}s in all; {stats.compiles_after_warmup} recompiled a batch "
-          f"shape already met", flush=True)
+          f"{compiles.seconds:.1f}s in all; {stats.compiles_after_warmup} in the loop for a "
+          f"batch shape already met or the dev BLEU", flush=True)
     if profiler.active:
       profiler.stop(state)
     with bookkeeping.checkpoint_errors(ckpt, last_ckpt_step):

@@ -417,3 +417,27 @@ def test_the_decode_batch_is_the_backends_and_any_batch_finds_the_same(params, m
     np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
   monkeypatch.setattr(backend, "platform", lambda: "gpu")
   assert backend.decode_batch_tokens("auto") == backend.DEVICE_DECODE_BATCH_TOKENS == 32768
+
+
+def test_a_decoder_that_keeps_its_batches_compiles_every_program_ahead(params):
+  """`BeamDecoder(shrink=False).compile_ahead(sentences)` compiles each batch's search (its
+  start, its steps at each cache length, the cache growths) so that translating the same
+  sentences compiles nothing more; and it finds what the shrinking decoder finds."""
+  from t2t_jax import bookkeeping
+  from t2t_jax.config import DecodeConfig
+  cfg = DecodeConfig(beam_size=2, alpha=0.6, max_extra_length=20)  # outgrows the first cache
+  sentences = ["5 6 7", "", "9 9 9 9 9 9 9 9 9 9 9", "4", "8 8 8 8 8", "7 5 7 5 7 5 7 5 7"]
+  make = lambda shrink: decode.BeamDecoder(params, TINY, cfg, _IdVocab(), max_input_length=16,
+                                           tokens_per_batch=16, num_devices=1, shrink=shrink)
+  kept = make(False)
+  compiled = kept.compile_ahead(sentences, workers=2)
+  # Two batch shapes, 16 tokens each: 2 rows of width 8 (outputs up to 8 + 20 positions and
+  # EOS: caches of 16, then 29) and 1 row of width 16 (16, 32, then 37). Each: its start, its
+  # steps at each cache length and each growth: 1 + 2 + 1 and 1 + 3 + 2 programs.
+  assert compiled == 4 + 6, compiled
+  with bookkeeping.CompileCounter() as compiles:
+    out = kept.translate(sentences)
+  assert compiles.count == 0
+  assert out == make(True).translate(sentences)
+  with pytest.raises(ValueError, match="shrink=False"):
+    make(True).compile_ahead(sentences)

@@ -944,10 +944,10 @@ def test_how_the_model_computes_may_change_but_not_its_shape_or_training(tmp_pat
     bookkeeping.check_run_info(override(cfg, {"model.num_heads": 4}), str(tmp_path), training=False)
 
 
-def test_dev_bleu_and_samples_are_logged_while_training(tmp_path):
+def test_dev_bleu_and_samples_are_logged_while_training(tmp_path, capsys):
   """`train.bleu_every_steps`: the log's dev BLEU is sacreBLEU of what the model at that step
   translates (checked against the saved checkpoint's own translations), with three samples as
-  TensorBoard text."""
+  TensorBoard text. Its search is compiled before step 1: the loop compiles nothing."""
   from t2t_jax import bleu, input_pipeline
   from t2t_jax.translator import Translator
   cfg = override(tiny_cfg(**FAST_DATA), {
@@ -955,7 +955,13 @@ def test_dev_bleu_and_samples_are_logged_while_training(tmp_path):
       "train.checkpoint_every_steps": 10, "train.log_every_steps": 5,
       "train.final_eval": False})
   train.train_and_evaluate(cfg, str(tmp_path))
+  out = capsys.readouterr().out
+  assert "then the dev BLEU search" in out
   rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  counted = [r for r in rows if "compiles" in r]
+  assert counted[-1]["compiles_after_warmup"] == 0, counted[-1]
+  # Every compilation of the run came before step 1, the dev BLEU's search among them.
+  assert counted[-1]["compiles"] == counted[-1]["compiled_ahead"] > 0
   logged = {r["step"]: r for r in rows if "dev_bleu" in r}
   assert sorted(logged) == [10, 20]
   assert logged[20]["dev_samples"].count("reference:") == 3
