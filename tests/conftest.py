@@ -34,15 +34,24 @@ def shared_data(name: str) -> Path:
 CLUSTER_ENV = "T2T_JAX_CLUSTER_TESTS"
 
 
+# End-to-end runs of a minute or more each on 2 cores (signals and resumes, sweeps, an ensemble,
+# the demo's loss curve in bf16): CI runs them as their own command, for the same reason.
+LONG_ENV = "T2T_JAX_LONG_TESTS"
+
+
 def pytest_collection_modifyitems(config, items):
   """Skips, with the reason, the cluster tests unless asked for, and the tests whose extra is
   not installed (before their fixtures run: a skipped export test trains nothing)."""
   skip = pytest.mark.skip(reason=f"a multi-process or cluster test: {CLUSTER_ENV}=1 python -m "
                                  f"pytest -q tests/test_multihost.py tests/test_launchers.py "
                                  f"runs them (CI does)")
+  long = pytest.mark.skip(reason=f"an end-to-end run of a minute or more: {LONG_ENV}=1 python "
+                                 f"-m pytest -q -n 2 -m long tests runs them (CI does)")
   for item in items:
     if item.get_closest_marker("cluster") and os.environ.get(CLUSTER_ENV) != "1":
       item.add_marker(skip)
+    if item.get_closest_marker("long") and os.environ.get(LONG_ENV) != "1":
+      item.add_marker(long)
     marker = item.get_closest_marker("extra")
     if marker:
       extra, *modules = marker.args
@@ -55,5 +64,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
+  config.addinivalue_line("markers", f"long: an end-to-end run of a minute or more; skipped "
+                          f"unless {LONG_ENV}=1")
   config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "
                           "whose modules are listed; skipped, naming it, where they are missing")

@@ -106,6 +106,7 @@ def test_a_bf16_residual_stream_is_bf16_between_sub_layers_and_close_to_float32(
   np.testing.assert_allclose(np.float32(out), expected, atol=0.05)
 
 
+@pytest.mark.long
 def test_bf16_loss_curve_tracks_float32_on_the_demo(tmp_path):
   sets = {"model.num_layers": 1, "model.d_model": 64, "model.d_ff": 128, "model.num_heads": 2,
           "model.d_k": 32, "model.d_v": 32, "train.steps": 40, "train.warmup_steps": 20,

@@ -113,6 +113,7 @@ def _interrupt_at(workdir, sig, after_step, delay):
   return proc.returncode, "".join(lines) + rest
 
 
+@pytest.mark.long
 def test_sigterm_then_sigint_checkpoint_exit_0_and_resume_identically(reference, tmp_path):
   """Preempted by SIGTERM, resumed, interrupted by SIGINT, resumed: equals the reference."""
   rng = random.Random(SEED)
@@ -141,6 +142,7 @@ def test_sigterm_then_sigint_checkpoint_exit_0_and_resume_identically(reference,
   _assert_same_run(workdir, reference[:3])
 
 
+@pytest.mark.long
 def test_sigkill_at_random_moments_then_resume_is_identical(reference, tmp_path):
   """Killed twice at random moments (checkpoint writes included), then run to the end."""
   rng = random.Random(SEED)
@@ -262,6 +264,7 @@ def test_eval_without_a_checkpoint_is_a_one_line_error(tmp_path):
   assert not (tmp_path / "missing").exists()
 
 
+@pytest.mark.long
 def test_a_stale_average_is_not_evaluated_silently(tmp_path):
   """Trained, averaged, then resumed and trained on: translate uses the newest checkpoint and
   says which steps the old average covers, instead of decoding with the stale average."""
@@ -278,6 +281,7 @@ def test_a_stale_average_is_not_evaluated_silently(tmp_path):
   assert "translating stdin with checkpoint 20" in r.stderr
 
 
+@pytest.mark.long
 def test_sigterm_during_the_final_decode_stops_cleanly_and_the_same_command_decodes(tmp_path):
   """A preemption notice while a finished run decodes its dev set: exit 0 with the command
   that finishes the job (not a death by signal, which a sweep counts as a failed row), no
@@ -330,6 +334,7 @@ def test_sigterm_during_data_preparation_exits_0_and_leaves_no_temporary(tmp_pat
   assert not dead.exists()
 
 
+@pytest.mark.long
 def test_a_workdir_copied_alone_translates_scores_and_exports_without_its_corpus(tmp_path):
   """Issue 45 (11): inference needed the training corpus folder (its recorded `folder:` path)
   and prepared data when the cache was gone. Now a workdir copied to another place, its

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import FAST_DATA, REPO, TINY_MODEL, set_flags
 
 MINI = {**TINY_MODEL, **FAST_DATA, "train.steps": 10, "train.tokens_per_step": 512,
@@ -68,6 +70,7 @@ def test_a_bad_set_or_dataset_is_one_error_before_any_row_runs(tmp_path):
   assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.long
 def test_two_row_sweep_runs_resumes_and_reports(tmp_path):
   r = _sweep(tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
@@ -93,6 +96,7 @@ def test_report_marks_rows_not_yet_run_as_pending(tmp_path):
   assert (tmp_path / "table3.md").read_text().count("pending") >= 6
 
 
+@pytest.mark.long
 def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_path):
   """--parallel=2: two runs side by side, each on its own core; a SIGTERM stops both with a
   checkpoint, the same command finishes them, and base's two seeds make one row with a spread."""

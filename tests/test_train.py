@@ -386,6 +386,7 @@ def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   assert (full / "eval" / "test.json").exists()
 
 
+@pytest.mark.long
 def test_time_budget_ends_training_like_the_last_step(tmp_path):
   """`train.max_train_minutes` stops at the budget with a checkpoint, then evaluates;
   a rerun of the finished workdir trains no further."""
@@ -513,6 +514,7 @@ def _start_ensemble_and_signal(cmd, env, signum):
   return out
 
 
+@pytest.mark.long
 def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
   """`ensemble.members=2`: one command trains two seeds at once in WORKDIR/member<i>/, passes
   a SIGTERM on to both (each checkpoints; the same command resumes them), stops them if it is
@@ -860,6 +862,7 @@ def _loss_means(workdir) -> list[float]:
   return [r["loss_mean"] for r in rows if "loss_mean" in r]
 
 
+@pytest.mark.long
 def test_fine_tuning_starts_where_the_old_run_ended_and_learns_the_new_data(tmp_path):
   """`train.init_from` through the real command: the new data's loss starts from the old
   run's level (far below a fresh model's) and falls; the optimiser and schedule are fresh,
@@ -1034,6 +1037,7 @@ def test_a_torn_metrics_line_is_skipped_and_no_restart_erases_history(tmp_path, 
   assert [json.loads(l)["step"] for l in superseded] == [20]
 
 
+@pytest.mark.long
 def test_workdir_write_probes_of_hosts_with_equal_pids_do_not_collide(tmp_path, monkeypatch):
   """Issue 45 (5): containers are often PID 1 on every host, and a probe named by the PID
   alone was removed by the other host mid-check (13 failures in 200 trials)."""
