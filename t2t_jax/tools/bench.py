@@ -51,7 +51,7 @@ flags.DEFINE_string("dataset", None, "Input: the data source (default: the exper
 flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
 flags.DEFINE_bool("parts", True, "Profile: also time each part of the step on its own (one "
                   "compilation each) after the traced step's breakdown.")
-flags.DEFINE_multi_string("set", [], "Train/profile/decode: override a config field of the "
+flags.DEFINE_multi_string("set", [], "Train/profile/decode/host/input: override a config field of the "
                           "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
 flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
                      "log window, 100 steps, is warm-up).")
@@ -371,9 +371,9 @@ def run_input() -> None:
   the drawn batches."""
   from t2t_jax.registry import get
   from t2t_jax import input_pipeline
-  from t2t_jax.config import override
+  from t2t_jax.config import override, parse_set_flags
   import jax
-  cfg = get(FLAGS.experiment or "base_ende")
+  cfg = override(get(FLAGS.experiment or "base_ende"), parse_set_flags(FLAGS.set))
   if FLAGS.dataset:
     cfg = override(cfg, {"data.dataset": FLAGS.dataset})
   cfg = input_pipeline.resolve_splits(cfg)
