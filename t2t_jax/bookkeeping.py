@@ -80,6 +80,20 @@ class MetricsLog:
       self.writer.close()
 
 
+def seconds_since_launch() -> float | None:
+  """Seconds since this process started (Linux; None elsewhere), re-executions included: the
+  real-run check on an H200 found 45 s between launch and the first compilation, which the
+  trainer's own clock, started later, did not show."""
+  try:
+    with open("/proc/self/stat") as f:
+      started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start, clock ticks
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
+  except (OSError, ValueError, IndexError):
+    return None
+
+
 def fmt_time(seconds: float) -> str:
   seconds = int(seconds)
   h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60

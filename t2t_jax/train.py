@@ -566,7 +566,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     except DataError:
       eval_shapes = []  # no dev split: the evaluation says so when it comes
     workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
-    print(f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
+    age = bookkeeping.seconds_since_launch()
+    print((f"{age:.1f}s after launch: " if age is not None else "") +
+          f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
           f"step for {len(eval_shapes)}, {workers} at a time"
           + (", then the dev BLEU search" if dev_bleu else ""), flush=True)
     compiled = programs.compile_ahead(state, run_key, factor, train_shapes, eval_shapes,

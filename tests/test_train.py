@@ -1232,3 +1232,15 @@ def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop
   train.train_and_evaluate(cfg, str(tmp_path))
   out = capsys.readouterr().out
   assert "compilations: 0 (0 before the first step)" in out, out
+
+
+def test_seconds_since_launch_counts_from_the_process_start():
+  """The figure the trainer prints before compiling: a process that slept 1 s before asking
+  reads at least 1 s, and no more than its whole run."""
+  import sys
+  start = time.time()
+  r = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.0); from t2t_jax "
+                      "import bookkeeping; print(bookkeeping.seconds_since_launch())"],
+                     cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+  age = float(r.stdout.split()[-1])
+  assert 1.0 <= age <= time.time() - start + 0.5, (age, r.stdout, r.stderr)
