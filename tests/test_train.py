@@ -959,7 +959,7 @@ def test_dev_bleu_and_samples_are_logged_while_training(tmp_path, capsys):
       "train.final_eval": False})
   train.train_and_evaluate(cfg, str(tmp_path))
   out = capsys.readouterr().out
-  assert "then the dev BLEU search" in out
+  assert "and beside them the dev BLEU search" in out
   rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   counted = [r for r in rows if "compiles" in r]
   assert counted[-1]["compiles_after_warmup"] == 0, counted[-1]
