@@ -409,6 +409,8 @@ class BeamDecoder:
     """`fn(*args)` through the program compiled ahead for these shapes, if there is one (a
     compiled program takes the arguments that are not static: `grow`'s `size` is not
     passed)."""
+    if not self._programs:  # nothing compiled ahead (a shrinking decoder)
+      return fn(*args)
     shaped = args if part == "grow" else args[1:]  # start and steps: the parameters first
     program = self._programs.get((part, _shape_key(shaped), size))
     return (program or fn)(*args)
