@@ -421,31 +421,25 @@ class BeamDecoder:
     which smaller batches a shrinking search meets depends on when its sentences end."""
     if self.shrink:
       raise ValueError("compile_ahead needs a BeamDecoder(..., shrink=False)")
-    import concurrent.futures
-    abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                         tree)
-    params = abstract(self.params)
+    params = self.params  # lowering reads only its shapes
     sources = self.encode([s for s in sentences if s.strip()])
-    jobs = []
+    jobs = {}
     for shape in sorted({batch.shape for _, batch in self._batches(sources)}):
       batch = jax.ShapeDtypeStruct(shape, jnp.int32)
-      jobs.append((("start", _shape_key((batch,)), None),
-                   lambda b=batch: self._start.lower(params, b).compile()))
+      jobs[("start", _shape_key((batch,)), None)] = \
+          lambda b=batch: self._start.lower(params, b).compile()
       state = jax.eval_shape(self._start, params, batch)
       end = jax.ShapeDtypeStruct((shape[0],), jnp.int32)
       phases = cache_phases(state["sent"]["fin_seqs"].shape[-1])
-      for at, size in enumerate(phases):
-        jobs.append((("steps", _shape_key((state, end)), None),
-                     lambda st=state, e=end: self._steps.lower(params, st, e).compile()))
-        if at + 1 < len(phases):
-          grown = phases[at + 1]
-          jobs.append((("grow", _shape_key((state,)), grown),
-                       lambda st=state, n=grown: self._grow.lower(st, n).compile()))
+      for grown in phases[1:] + [None]:  # the steps at each cache length, then its growth
+        jobs[("steps", _shape_key((state, end)), None)] = \
+            lambda st=state, e=end: self._steps.lower(params, st, e).compile()
+        if grown is not None:
+          jobs[("grow", _shape_key((state,)), grown)] = \
+              lambda st=state, n=grown: self._grow.lower(st, n).compile()
           state = jax.eval_shape(lambda st, n=grown: self._grow(st, n), state)
-    jobs = [job for job in dict(jobs).items() if job[0] not in self._programs]
-    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-      for (key, _), program in zip(jobs, pool.map(lambda job: job[1](), jobs)):
-        self._programs[key] = program
+    jobs = {key: job for key, job in jobs.items() if key not in self._programs}
+    self._programs.update(parallel.compile_all(jobs, workers))
     return len(jobs)
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:

@@ -127,6 +127,14 @@ def any_process(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]
 
 
 T = TypeVar("T")
+def compile_all(jobs: dict[Any, Callable[[], Any]], workers: int) -> dict[Any, Any]:
+  """Runs each job (a lowering and its `.compile()`), `workers` at a time: XLA compiles in
+  threads of its own once a program is traced. The compiled programs, by the jobs' keys."""
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+    return dict(zip(jobs, pool.map(lambda job: job(), jobs.values())))
+
+
 # Each `process_zero_first` of a job announces under a key of its own.
 _ANNOUNCEMENTS = itertools.count()
 WAIT_REPORT_MS = 60_000  # how often a waiting process says it is still waiting

@@ -352,20 +352,18 @@ class StepPrograms:
   def compile_ahead(self, state: TrainState, run_key: jax.Array, factor: jax.Array,
                     train_shapes: list[tuple[int, ...]], eval_shapes: list[tuple[int, ...]],
                     workers: int) -> int:
-    """Compiles the steps of the given batch shapes, `workers` at a time (XLA compiles in
-    threads of its own once traced); returns how many programs were compiled."""
-    import concurrent.futures
+    """Compiles the steps of the given batch shapes, `workers` at a time; returns how many
+    programs were compiled."""
     batch = lambda shapes: {k: jax.ShapeDtypeStruct(shape, jnp.int32)
                             for k, shape in zip(("inputs", "targets"), shapes)}
-    jobs = [(self.train, shape, lambda s=shape: self.p_train.lower(
-                state, batch(s), run_key, factor).compile()) for shape in train_shapes
-            if shape not in self.train]
-    jobs += [(self.eval, shape, lambda s=shape: self.p_eval.lower(
-                 state.params, batch(s)).compile()) for shape in eval_shapes
-             if shape not in self.eval]
-    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-      for (table, shape, _), program in zip(jobs, pool.map(lambda job: job[2](), jobs)):
-        table[shape] = program
+    jobs = {("train", shape): lambda s=shape: self.p_train.lower(
+                state, batch(s), run_key, factor).compile()
+            for shape in train_shapes if shape not in self.train}
+    jobs.update({("eval", shape): lambda s=shape: self.p_eval.lower(
+                     state.params, batch(s)).compile()
+                 for shape in eval_shapes if shape not in self.eval})
+    for (step, shape), program in parallel.compile_all(jobs, workers).items():
+      (self.train if step == "train" else self.eval)[shape] = program
     return len(jobs)
 
   def train_step(self, state: TrainState, batch: dict[str, jax.Array], run_key: jax.Array,

@@ -427,15 +427,16 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
     spec = {"quick": quick, "train": [("base", {})]}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env, 240.0, log)
     report.section("jax", lambda: _collect(lines, error))
-    left = deadline - time.time()
-    if corpus and real_run_batching != "packed" and left < _bucketed_seconds(quick):
-      report.data["real_run_bucketed"] = {
-          "skipped": f"{left:.0f} s left of the check's {budget:.0f} s, against the "
-                     f"{_bucketed_seconds(quick):.0f} s a bucketed run may take; "
-                     "`--real_run_batching=bucketed` runs it alone"}
-    elif corpus and real_run_batching != "packed":
-      report.section("real_run_bucketed",
-                     lambda: _real_run(quick, corpus["corpus"], root, log, False))
+    left, needed = deadline - time.time(), _bucketed_seconds(quick)
+    if corpus and real_run_batching != "packed":
+      if left < needed:
+        report.data["real_run_bucketed"] = {
+            "skipped": f"{left:.0f} s left of the check's {budget:.0f} s, against the "
+                       f"{needed:.0f} s a bucketed run may take; "
+                       "`--real_run_batching=bucketed` runs it alone"}
+      else:
+        report.section("real_run_bucketed",
+                       lambda: _real_run(quick, corpus["corpus"], root, log, False))
     shutil.rmtree(root, ignore_errors=True)
   elif xla_levers:
     spec = {"quick": quick, "train": [("base", {})]}
