@@ -183,6 +183,39 @@ def attention_implementation(dtype: str) -> str | None:
   return "cudnn" if dtype == "bfloat16" and platform() == "gpu" else None
 
 
+# cuDNN's packed layout (a row's sentences as sequences of their own) needs compute
+# capability 9.0 (Hopper) or later (jax._src.cudnn.fused_attention_stablehlo says so).
+PACKED_LAYOUT_CAPABILITY = (9, 0)
+
+
+def _compute_capability() -> tuple[int, ...] | None:
+  import jax
+  capability = getattr(jax.devices()[0], "compute_capability", None)
+  try:
+    return tuple(int(x) for x in str(capability).split("."))
+  except ValueError:
+    return None
+
+
+def segment_attention(setting: str, dtype: str) -> str:
+  """`model.segment_attention` resolved, for the fused attention path on packed rows:
+  "offsets" (cuDNN's packed layout) or "bias" (a mask over the whole row).
+
+  "auto" is bias, the layout the fused path has run on an H200 (2026-11-27, 0.95x the
+  einsum path at 32 tokens a row). Offsets have not run on a GPU yet (2026-11-28): `bench
+  --what=train --segment_mean=25` times the step at packed shapes with each, and
+  tests/test_model.py checks offsets against bias on a Hopper GPU.
+  """
+  if setting == "offsets":
+    capability = _compute_capability() or (0,)
+    if attention_implementation(dtype) != "cudnn" or capability < PACKED_LAYOUT_CAPABILITY:
+      raise UserError("model.segment_attention=offsets runs cuDNN's packed layout: it needs "
+                      "model.dtype=bfloat16 on a Hopper or newer GPU (this is "
+                      f"{platform()}); use bias or auto")
+    return "offsets"
+  return "bias"
+
+
 # XLA options set on GPU hosts before JAX starts (`apply_xla_flags`), appended to the user's
 # XLA_FLAGS; a flag the user set already is left as the user set it. The latency-hiding
 # scheduler orders the step so that the gradient all-reduce of one layer overlaps the

@@ -48,6 +48,11 @@ class ModelConfig:
   # applies, XLA's own elsewhere) instead of two einsums. It has no attention dropout and
   # returns no attention weights (for `--mode=attention`).
   fused_attention: bool = False
+  # How the fused kernel keeps a packed row's sentences apart (data.packing): "bias", a
+  # [rows, 1, L, L] mask over the whole row (every backend); "offsets", cuDNN's packed
+  # layout, where each sentence is its own sequence and no work is spent between sentences
+  # (Hopper or newer GPUs, bfloat16; not yet run on one); "auto": bias (backend.py).
+  segment_attention: Literal["auto", "bias", "offsets"] = "auto"
   # Q, K and V (and cross-attention's K and V) as one product with the matrices side by side:
   # the same parameters (checkpoints and exports do not change) and the same maths. "auto":
   # on GPU and TPU, off on CPU (backend.fused_projections).
@@ -65,8 +70,8 @@ class ModelConfig:
 
 # ModelConfig fields that change how the model computes but not its parameters or what it
 # computes: a run may resume, decode or fine-tune with other values.
-COMPUTE_FIELDS = ("dtype", "implementation", "fused_attention", "fused_projections",
-                  "residual_dtype")
+COMPUTE_FIELDS = ("dtype", "implementation", "fused_attention", "segment_attention",
+                  "fused_projections", "residual_dtype")
 # ModelConfig fields that only training uses: decoding may differ in them.
 TRAINING_ONLY_FIELDS = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing")
 
@@ -422,6 +427,9 @@ def validate(cfg: ExperimentConfig) -> None:
   if m.fused_attention and m.attention_dropout:
     raise ConfigError("model.fused_attention: the fused kernel has no attention dropout; "
                       f"set model.attention_dropout=0 (got {m.attention_dropout})")
+  if m.segment_attention == "offsets" and not m.fused_attention:
+    raise ConfigError("model.segment_attention=offsets is a layout of the fused kernel; "
+                      "set model.fused_attention=true too")
   if m.fused_attention and m.d_k != m.d_v:
     raise ConfigError(f"model.fused_attention: the fused kernel needs d_k == d_v "
                       f"(got {m.d_k} and {m.d_v})")

@@ -112,6 +112,62 @@ def segment_bias(query_ids: Array, key_ids: Array, causal: bool = False) -> Arra
 
 
 @flax.struct.dataclass
+class SegmentMask:
+  """Which keys each query sees in packed rows, for the fused kernel's packed layout:
+  sentence j of a query row attends to sentence j of its key row only (with `causal`, to
+  none after itself). `query_ids`/`key_ids` are the rows' `Segments.ids`."""
+  query_ids: Array  # int32 [batch, Lq]
+  key_ids: Array    # int32 [batch, Lk]
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+
+# Sentences a packed row of L tokens may hold on the packed-layout path: L / 8 (at least
+# 2). The layout's buffers and kernel grid are sized by this bound, not by the sentences
+# present, so it is kept near what rows hold: base_ende's 128-token rows on WMT-shaped data
+# hold 5.1 sentences on average and 6 at most (2026-11-28). A batch with a fuller row takes
+# the bias layout instead, so the bound changes speed, never results.
+TOKENS_PER_SEGMENT_BOUND = 8
+
+
+def max_segments(query_length: int, key_length: int) -> int:
+  return max(2, min(query_length, key_length) // TOKENS_PER_SEGMENT_BOUND)
+
+
+def segment_offsets(query_ids: Array, key_ids: Array, limit: int
+                    ) -> tuple[Array, Array, Array, Array]:
+  """The packed layout of the first `limit` sentences of each row, as cuDNN takes it
+  (`jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`): q_seqlen and kv_seqlen
+  [batch, limit], each sentence's length; q_offsets and kv_offsets [batch, limit + 1], each
+  sentence's first position; -1 past a row's sentences. A sentence missing from either row
+  is left out of both, so query and key sentences stay paired in order."""
+  j = jnp.arange(1, limit + 1, dtype=jnp.int32)
+
+  def lengths_and_starts(ids):
+    member = ids[:, None, :] == j[None, :, None]                 # [batch, limit, L]
+    return jnp.sum(member, -1, dtype=jnp.int32), jnp.argmax(member, -1).astype(jnp.int32)
+
+  q_len, q_start = lengths_and_starts(query_ids)
+  k_len, k_start = lengths_and_starts(key_ids)
+  present = (q_len > 0) & (k_len > 0)
+  none = jnp.full((query_ids.shape[0], 1), -1, jnp.int32)
+  return (jnp.where(present, q_len, -1), jnp.where(present, k_len, -1),
+          jnp.concatenate([jnp.where(present, q_start, -1), none], axis=1),
+          jnp.concatenate([jnp.where(present, k_start, -1), none], axis=1))
+
+
+def cudnn_packed_attention(q: Array, k: Array, v: Array, q_seqlen: Array, kv_seqlen: Array,
+                           q_offsets: Array, kv_offsets: Array, causal: bool) -> Array:
+  """cuDNN's fused attention in its packed layout: each (row, sentence) is a sequence of
+  its own. Positions outside every sentence are left undefined. JAX's public
+  `jax.nn.dot_product_attention` has no packed layout, hence the private module."""
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn
+  mask = cudnn.MaskType.CAUSAL if causal else cudnn.MaskType.NO_MASK
+  return cudnn.dot_product_attention(q, k, v, q_seqlen=q_seqlen, kv_seqlen=kv_seqlen,
+                                     q_offsets=q_offsets, kv_offsets=kv_offsets, scale=1.0,
+                                     mask_type=mask, qkv_layout="BTNH")
+
+
+@flax.struct.dataclass
 class KeyMask:
   """Which keys each query sees, as the fused kernel takes it: the first `lengths[b]` keys of
   row b (our batches are padded on the right), and with `causal` none after the query.
@@ -206,12 +262,15 @@ class MultiHeadAttention(nn.Module):
     return k, v
 
   def attend(self, q: Array, k: Array, v: Array, bias: Array | None, train: bool = False,
-             mask: "KeyMask | None" = None) -> Array:
+             mask: "KeyMask | SegmentMask | None" = None) -> Array:
     """Attention of scaled queries q [b, Lq, h, d_k] over keys and values. `bias` masks the
     einsum path; the fused path takes the same mask as `mask` (key lengths and causality),
-    which cuDNN applies inside its kernel without a bias tensor."""
+    which cuDNN applies inside its kernel without a bias tensor, or packed rows' sentences
+    as a SegmentMask (cuDNN's packed layout)."""
     cfg = self.cfg
     b, lq = q.shape[:2]
+    if isinstance(mask, SegmentMask):
+      return self.out(self._attend_segments(q, k, v, mask).reshape(b, lq, -1))
     if cfg.fused_attention:
       dt = kernels.compute_dtype(cfg)
       kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
@@ -226,6 +285,31 @@ class MultiHeadAttention(nn.Module):
     weights = self.weights_dropout(weights, deterministic=not train)
     out = kernels.einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
+
+  def _attend_segments(self, q: Array, k: Array, v: Array, mask: SegmentMask) -> Array:
+    """Fused attention of packed rows in cuDNN's packed layout. The kernel leaves positions
+    outside every sentence undefined, in its outputs and in its gradients, so padding is
+    zeroed on the way in and out (a select, which drops even NaN). A batch with a row of
+    more sentences than the layout's bound takes the bias layout (`lax.cond`)."""
+    dt = kernels.compute_dtype(self.cfg)
+    q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
+    q_in, k_in = (mask.query_ids > 0)[..., None, None], (mask.key_ids > 0)[..., None, None]
+    limit = max_segments(q.shape[1], k.shape[1])
+
+    def packed(q, k, v):
+      q, k, v = jnp.where(q_in, q, 0), jnp.where(k_in, k, 0), jnp.where(k_in, v, 0)
+      out = cudnn_packed_attention(q, k, v, *segment_offsets(mask.query_ids, mask.key_ids,
+                                                               limit), mask.causal)
+      return jnp.where(q_in, out, 0).astype(dt)
+
+    def whole_rows(q, k, v):
+      bias = segment_bias(mask.query_ids, mask.key_ids, mask.causal).astype(dt)
+      return jax.nn.dot_product_attention(
+          q, k, v, bias=bias, scale=1.0,
+          implementation=backend.attention_implementation(self.cfg.dtype)).astype(dt)
+
+    fits = jnp.maximum(jnp.max(mask.query_ids), jnp.max(mask.key_ids)) <= limit
+    return jax.lax.cond(fits, packed, whole_rows, q, k, v)
 
   def attend_group(self, q: Array, k: Array, v: Array, bias: Array) -> Array:
     """Attention for cached decoding: the n scaled queries [b * n, 1, h, d_k] of each of b groups
@@ -248,7 +332,7 @@ class MultiHeadAttention(nn.Module):
     return self.out(out.reshape(b * n, 1, cfg.num_heads * cfg.d_v))
 
   def __call__(self, x_q: Array, x_kv: Array | None, bias: Array, train: bool = False,
-               mask: "KeyMask | None" = None) -> Array:
+               mask: "KeyMask | SegmentMask | None" = None) -> Array:
     """Attention of x_q over x_kv; x_kv None is self-attention (one product for Q, K, V)."""
     if x_kv is None:
       q, k, v = self.project_qkv(x_q)
@@ -286,7 +370,7 @@ class EncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, self_bias: Array, train: bool,
-               self_mask: KeyMask | None = None) -> Array:
+               self_mask: KeyMask | SegmentMask | None = None) -> Array:
     row = self.first_row
     drop = lambda y: Dropout(self.cfg.dropout, row)(y, deterministic=not train)
     x = layer_norm(self.cfg, "ln_self_attention")(x + drop(MultiHeadAttention(
@@ -318,8 +402,8 @@ class DecoderLayer(nn.Module):
     return self.ln_ffn(y + self.dropout(self.ffn(y, train), deterministic=not train))
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
-               train: bool, self_mask: KeyMask | None = None,
-               cross_mask: KeyMask | None = None) -> Array:
+               train: bool, self_mask: KeyMask | SegmentMask | None = None,
+               cross_mask: KeyMask | SegmentMask | None = None) -> Array:
     drop = lambda z: self.dropout(z, deterministic=not train)
     y = self.ln_self_attention(y + drop(self.self_attention(y, None, self_bias, train, self_mask)))
     y = self.ln_cross_attention(y + drop(self.cross_attention(y, encoded, cross_bias, train,
@@ -390,6 +474,12 @@ class Transformer(nn.Module):
     self.decoder_layers = [DecoderLayer(cfg, self.first_row, name=f"decoder_{i}")
                            for i in range(cfg.num_layers)]
 
+  @property
+  def _segment_offsets(self) -> bool:
+    """Packed rows reach the fused kernel as sentence offsets (cuDNN's packed layout)."""
+    return (self.cfg.fused_attention
+            and backend.segment_attention(self.cfg.segment_attention, self.cfg.dtype) == "offsets")
+
   def _embed(self, tokens: Array, positions: nn.Module, train: bool,
              segs: Segments | None = None) -> Array:
     x = self.embed(tokens) * math.sqrt(self.cfg.d_model)
@@ -406,6 +496,8 @@ class Transformer(nn.Module):
     mask = key_mask(inputs)
     if segs is not None:
       bias, mask = segment_bias(segs.ids, segs.ids), None
+      if self._segment_offsets:
+        bias, mask = None, SegmentMask(segs.ids, segs.ids)
     for layer in self.encoder_layers:
       x = layer(x, bias, train, mask)
     return x
@@ -436,6 +528,10 @@ class Transformer(nn.Module):
       self_bias = segment_bias(tgt.ids, tgt.ids, causal=True)
       cross_bias = segment_bias(tgt.ids, src.ids)
       self_mask = cross_mask = None
+      if self._segment_offsets:
+        self_bias = cross_bias = None
+        self_mask = SegmentMask(tgt.ids, tgt.ids, causal=True)
+        cross_mask = SegmentMask(tgt.ids, src.ids)
     for layer in self.decoder_layers:
       y = layer(y, encoded, self_bias, cross_bias, train, self_mask, cross_mask)
     return y

@@ -431,13 +431,65 @@ def _pack(rows_of_ids, width):
   return jnp.asarray(out)
 
 
+def packed_layout_reference(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, causal):
+  """cuDNN's packed layout as `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`
+  documents it, for CPU tests: segment i of row b is queries q_offsets[b, i] + [0,
+  q_seqlen[b, i]) over keys kv_offsets[b, i] + [0, kv_seqlen[b, i]) (causal: a query's index
+  in its segment bounds its keys'); -1 marks no segment. Positions in no segment come out
+  NaN, in the output and, through q, in q's gradient: what the real kernel leaves there is
+  undefined."""
+  t, s = jnp.arange(q.shape[1]), jnp.arange(k.shape[1])
+  used = q_seqlen >= 0                                                    # [b, m]
+  in_q = used[..., None] & (t >= q_offsets[:, :-1, None]) & (t < (q_offsets + 1)[:, :-1, None]
+                                                                 + q_seqlen[..., None] - 1)
+  in_k = used[..., None] & (s >= kv_offsets[:, :-1, None]) & (s < kv_offsets[:, :-1, None]
+                                                              + kv_seqlen[..., None])
+  allowed = in_q[..., :, None] & in_k[..., None, :]                       # [b, m, t, s]
+  if causal:
+    allowed &= ((s[None, None, None, :] - kv_offsets[:, :-1, None, None])
+                <= (t[None, None, :, None] - q_offsets[:, :-1, None, None]))
+  allowed = jnp.any(allowed, axis=1)[:, None]                            # [b, 1, t, s]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+  weights = jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1)
+  weights = jnp.where(jnp.any(allowed, axis=-1, keepdims=True), weights, 0.0)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights, v.astype(jnp.float32))
+  covered = jnp.any(in_q, axis=1)[..., None, None]
+  undefined = jnp.where(covered, 0.0, q[..., :v.shape[-1]]) * jnp.nan  # NaN there only
+  return jnp.where(covered, out, undefined).astype(q.dtype)
+
+
+def test_segment_offsets_by_hand():
+  """Row 0: sentences of 3 and 2 tokens, then padding; row 1: one sentence of 6 tokens;
+  the keys' row 0 holds its second sentence at 4..6. Limit 3: a third slot, unused."""
+  q_ids = jnp.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1]])
+  k_ids = jnp.array([[1, 1, 1, 1, 2, 2, 2, 0], [1, 1, 0, 0, 0, 0, 0, 0]])
+  q_len, k_len, q_off, k_off = model.segment_offsets(q_ids, k_ids, 3)
+  np.testing.assert_array_equal(q_len, [[3, 2, -1], [6, -1, -1]])
+  np.testing.assert_array_equal(k_len, [[4, 3, -1], [2, -1, -1]])
+  np.testing.assert_array_equal(q_off, [[0, 3, -1, -1], [0, -1, -1, -1]])
+  np.testing.assert_array_equal(k_off, [[0, 4, -1, -1], [0, -1, -1, -1]])
+
+
+def _offsets_layout(monkeypatch, kernel=packed_layout_reference):
+  """The packed-layout path on this CPU: cuDNN's kernel replaced by `kernel`."""
+  resolve = model.backend.segment_attention
+  monkeypatch.setattr(model.backend, "segment_attention",
+                      lambda setting, dtype: "offsets" if setting == "offsets"
+                      else resolve(setting, dtype))
+  monkeypatch.setattr(model, "cudnn_packed_attention", kernel)
+
+
 @pytest.mark.parametrize("changes", [{}, {"fused_attention": True},
+                                     {"fused_attention": True, "segment_attention": "offsets"},
                                      {"positional": "learned"}])
-def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone(changes):
+def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone(
+    changes, monkeypatch):
   """Three sentence pairs, each alone in its row, then packed two in a row (positions
   restart, attention stays within each sentence): every target token's log-probability is
   the same, and so is the gradient of their sum (dropout off), on the einsum and the fused
-  attention paths and with learned positions."""
+  attention paths (its bias layout, and its packed layout with cuDNN's documented behaviour
+  standing in for the kernel, NaN where it is undefined), and with learned positions."""
+  _offsets_layout(monkeypatch)
   cfg = dataclasses.replace(TINY, implementation="plain", **changes)
   params = _params(cfg)
   rng = np.random.default_rng(12)
@@ -468,3 +520,77 @@ def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone
   # Unpacked rows read as packed rows of one sentence each: the same model.
   one_each = np.asarray(token_logp(params, alone_src, alone_tgt, True))
   np.testing.assert_allclose(one_each, alone, atol=1e-5)
+
+
+def test_packed_layout_is_used_while_rows_fit_its_bound_and_the_bias_layout_after():
+  """A kernel that returns zeros shows which layout ran: rows of 16 tokens take at most 2
+  sentences on the packed layout (`max_segments`), so a batch whose rows hold 2 runs it (the
+  logits differ from the bias layout's) and a batch with a row of 3 runs the bias layout
+  (the same logits)."""
+  cfg = dataclasses.replace(TINY, implementation="plain", fused_attention=True)
+  params = _params(cfg)
+  rng = np.random.default_rng(3)
+  sent = lambda n: list(rng.integers(4, cfg.vocab_size, n - 1)) + [EOS_ID]
+  assert model.max_segments(16, 16) == 2
+  two = (_pack([[sent(5), sent(6)]], 16), _pack([[sent(4), sent(7)]], 16))
+  three = (_pack([[sent(5), sent(4), sent(3)]], 16), _pack([[sent(4), sent(3), sent(5)]], 16))
+  logits = lambda c, batch: np.asarray(
+      model.Transformer(c, packed=True).apply({"params": params}, *batch))
+  with pytest.MonkeyPatch.context() as mp:
+    _offsets_layout(mp, lambda q, k, v, *_: jnp.zeros_like(q))
+    zeros = dataclasses.replace(cfg, segment_attention="offsets")
+    assert not np.allclose(logits(zeros, two), logits(cfg, two), atol=1e-3)
+    np.testing.assert_allclose(logits(zeros, three), logits(cfg, three), atol=1e-5)
+
+
+def test_packed_layout_needs_cudnn_on_a_hopper_gpu():
+  """On this CPU asking for the packed layout says what it needs instead of failing inside
+  JAX; auto is the bias layout."""
+  from t2t_jax.errors import UserError
+  with pytest.raises(UserError, match="Hopper"):
+    model.backend.segment_attention("offsets", "bfloat16")
+  assert model.backend.segment_attention("auto", "bfloat16") == "bias"
+
+
+def _hopper_gpu() -> bool:
+  try:
+    return model.backend.segment_attention("offsets", "bfloat16") == "offsets"
+  except Exception:
+    return False
+
+
+@pytest.mark.skipif(not _hopper_gpu(), reason="needs cuDNN on a Hopper or newer GPU")
+def test_cudnn_packed_layout_equals_the_bias_layout_on_a_gpu():
+  """On a Hopper GPU, the real kernel: packed rows' logits and gradients in the packed
+  layout are those of the bias layout, to bf16 tolerance, padding included (rows of 64
+  tokens with up to 8 sentences, one row of padding only)."""
+  cfg = dataclasses.replace(TINY, implementation="plain", fused_attention=True,
+                            dtype="bfloat16", d_k=16, d_v=16, max_len=64)
+  params = _params(cfg)
+  rng = np.random.default_rng(5)
+  rows = []
+  for _ in range(7):
+    row, room = [], 60
+    while room > 2:
+      n = int(rng.integers(2, min(room, 20) + 1))
+      row.append(list(rng.integers(4, cfg.vocab_size, n - 1)) + [EOS_ID])
+      room -= n
+    rows.append(row)
+  src = _pack([[s[::-1] for s in r] for r in rows] + [[]], 64)
+  tgt = _pack(rows + [[]], 64)
+
+  def loss(p, c):
+    logits = model.Transformer(c, packed=True).apply({"params": p}, src, tgt)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tgt[..., None], -1)[..., 0]
+    return jnp.sum(jnp.where(tgt != PAD_ID, logp, 0.0)), logits
+
+  offsets = dataclasses.replace(cfg, segment_attention="offsets")
+  (l_b, logits_b), g_b = jax.value_and_grad(loss, has_aux=True)(params, cfg)
+  (l_o, logits_o), g_o = jax.value_and_grad(loss, has_aux=True)(params, offsets)
+  real = np.asarray(tgt != PAD_ID)
+  np.testing.assert_allclose(np.asarray(logits_o)[real], np.asarray(logits_b)[real],
+                             atol=5e-2, rtol=5e-2)
+  np.testing.assert_allclose(float(l_o), float(l_b), rtol=1e-2)
+  for a, b in zip(jax.tree_util.tree_leaves(g_b), jax.tree_util.tree_leaves(g_o)):
+    assert np.all(np.isfinite(b))
+    np.testing.assert_allclose(b, a, atol=5e-2 * max(1.0, float(np.abs(a).max())))
