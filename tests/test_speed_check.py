@@ -1,5 +1,7 @@
 """The GPU speed check's arithmetic: the peak it trusts, the ratios and the 8-GPU projection."""
 
+import json
+
 import pytest
 
 from t2t_jax.tools import speed_check
@@ -92,7 +94,7 @@ def test_a_real_run_is_read_against_the_synthetic_step_of_the_same_call():
                                                             "met": False}
 
 
-def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends):
+def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends, sets=()):
   """speed_check.run(real_run=True) with its runs replaced by stand-ins that advance a fake
   clock by `spends[part]` seconds; returns the parts that ran and the JSON written."""
   import json
@@ -102,9 +104,9 @@ def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends):
   def corpus(quick, root, data):
     clock[0] += spends["corpus"]
     return {"corpus": str(tmp_path / "c")}
-  def real_run(quick, corpus_dir, root, log, packing):
+  def real_run(quick, corpus_dir, root, log, packing, extra):
     name = "packed" if packing else "bucketed"
-    ran.append(name)
+    ran.append(name + "".join(f" {x}" for x in extra))
     clock[0] += spends[name]
     return {"steady_target_tokens_per_sec": 1.0, "seconds_to_steady_state": 1.0}
   def run_lines(cmd, env, timeout, log):
@@ -115,7 +117,8 @@ def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends):
   monkeypatch.setattr(speed_check, "_real_run", real_run)
   monkeypatch.setattr(speed_check, "_run_lines", run_lines)
   out = tmp_path / "check.json"
-  speed_check.run(False, str(out), real_run=True, budget_s=budget_s, real_run_batching=batching)
+  speed_check.run(False, str(out), real_run=True, budget_s=budget_s, real_run_batching=batching,
+                  real_run_sets=sets)
   return ran, json.loads(out.read_text())
 
 
@@ -130,3 +133,51 @@ def test_the_bucketed_real_run_starts_only_with_the_time_it_may_need(monkeypatch
   assert ran == ["synthetic", "bucketed"]  # alone, it fits the 540 s: 64 s spent, 450 needed
   ran, _ = _fake_real_run_check(monkeypatch, tmp_path, 2000, "both", spends)
   assert ran == ["packed", "synthetic", "bucketed"]
+
+
+def test_the_real_runs_take_the_users_sets(monkeypatch, tmp_path):
+  spends = {"corpus": 1, "packed": 1, "synthetic": 1, "bucketed": 1}
+  ran, _ = _fake_real_run_check(monkeypatch, tmp_path, 2000, "both", spends,
+                                sets=["model.fused_attention=true"])
+  assert ran == ["packed model.fused_attention=true", "synthetic",
+                 "bucketed model.fused_attention=true"]
+
+
+def test_bench_packed_rows_fill_every_row_with_paired_sentences():
+  """`bench --what=train --segment_mean`'s rows: no padding, each row ends a sentence, the
+  source and target rows end sentences at the same places (the pairs' counts agree, which
+  the model pairs them by), and the lengths average near the asked mean."""
+  import numpy as np
+  from t2t_jax.model import segments
+  from t2t_jax.special_tokens import EOS_ID, PAD_ID
+  from t2t_jax.tools.bench_step import packed_rows
+  src, tgt = packed_rows(np.random.default_rng(0), 64, 128, 25.0, 100)
+  assert src.shape == tgt.shape == (64, 128)
+  assert not (src == PAD_ID).any() and (tgt[:, -1] == EOS_ID).all()
+  np.testing.assert_array_equal(src == EOS_ID, tgt == EOS_ID)
+  ids = np.asarray(segments(tgt).ids)
+  lengths = np.concatenate([np.bincount(row)[1:] for row in ids])
+  assert lengths.min() >= 2 and 20 < lengths.mean() < 30, lengths.mean()
+
+
+def test_packed_attention_cases_read_against_the_synthetic_step():
+  """`--packed_attention`'s summary: each packed case's tok/s over the synthetic step of the
+  same call, apart from the levers; a case that failed reads None."""
+  cases = speed_check.packed_attention_cases(quick=False)
+  keys = [f"train {name} {json.dumps(sets, sort_keys=True)}" for name, sets in cases]
+  assert keys[0] == "train base {}" and len(keys) == 4
+  rates = [600e3, 540e3, 570e3, None]
+  jax_parts = {k: ({"target_tokens_per_sec": r} if r else {"error": "UserError: Hopper"})
+               for k, r in zip(keys, rates)}
+  s = speed_check.summarise({"jax": jax_parts})
+  assert s["packed_over_synthetic"] == {keys[1]: 0.9, keys[2]: 0.95, keys[3]: None}
+  assert "levers_over_defaults" not in s
+
+
+def test_a_packed_case_packs_its_rows():
+  """The quick packed case on this CPU: the synthetic step's tokens in rows of 32 holding
+  several sentences each, through the trainer's own step."""
+  r = speed_check._train_case("base", True, {"packed_rows_of": speed_check.QUICK_PACKED_ROW}, 1)
+  assert r["length"] == speed_check.QUICK_PACKED_ROW
+  assert r["batch"] * r["accum"] * r["length"] == speed_check.QUICK_ROWS * speed_check.QUICK_LENGTH
+  assert r["sentences"] >= 3 * r["batch"] * r["accum"] and r["target_tokens_per_sec"] > 0

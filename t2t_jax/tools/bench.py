@@ -46,18 +46,25 @@ flags.DEFINE_string("lengths", None, "Train: comma-separated sequence lengths at
                     "token count per step (how cost grows with length).")
 flags.DEFINE_integer("batch", None, "Train/decode: sentences per step (default: workload's).")
 flags.DEFINE_integer("length", None, "Train: tokens per side per sentence (default: workload's).")
+flags.DEFINE_float("segment_mean", None, "Train: pack sentences of about this many tokens "
+                   "(EOS included) in every row, as packed training does, instead of one "
+                   "sentence a row (e.g. 25: WMT-shaped targets).")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (the median is reported).")
 flags.DEFINE_string("dataset", None, "Input: the data source (default: the experiment's).")
 flags.DEFINE_integer("input_steps", 500, "Input: batches to draw per repetition.")
 flags.DEFINE_bool("parts", True, "Profile: also time each part of the step on its own (one "
                   "compilation each) after the traced step's breakdown.")
-flags.DEFINE_multi_string("set", [], "Train/profile/decode/host/input: override a config field of the "
+flags.DEFINE_multi_string("set", [], "Train/profile/decode/host/input, and the speed "
+                          "check's --real_run training: override a config field of the "
                           "experiment or workload, KEY=VALUE (as in t2t_jax.main).")
 flags.DEFINE_integer("host_steps", 400, "Host: training steps of the loop (the first "
                      "log window, 100 steps, is warm-up).")
 flags.DEFINE_bool("quick", False, "Device check: tiny models and runs (minutes on a CPU).")
 flags.DEFINE_string("out", "device_check.json", "Device check: the JSON file to write.")
 flags.DEFINE_bool("levers", False, "Speed check: what each step lever is worth instead.")
+flags.DEFINE_bool("packed_attention", False, "Speed check: the base step on packed rows of "
+                  "128 tokens (~5 sentences each) on each attention path, against the "
+                  "synthetic step, instead.")
 flags.DEFINE_bool("xla_levers", False, "Speed check: what each candidate XLA GPU option "
                   "(speed_check.XLA_LEVERS) is worth instead.")
 flags.DEFINE_bool("real_run", False, "Speed check: base_ende's training on WMT-shaped data, "
@@ -151,7 +158,8 @@ def run_train(argv_workload: str | None) -> None:
     for L in lengths:
       b = batch if len(lengths) == 1 else max(n, (batch * length // L) // n * n)
       _log(f"train: {workload} on {n} device(s), {b} x {L} tokens per side")
-      _emit(bench_train(cfg, workload, n, b, L, FLAGS.repeats))
+      _emit(bench_train(cfg, workload, n, b, L, FLAGS.repeats,
+                        segment_mean=FLAGS.segment_mean))
 
 
 def _dense_dots(m, src_tokens: int, tgt_tokens: int) -> list[tuple[str, int, int, int, int]]:
@@ -501,11 +509,15 @@ def main(argv: list[str]) -> None:
   if FLAGS.what == "speed_check":  # this process never starts JAX: see speed_check.py
     from t2t_jax.tools import speed_check
     out = FLAGS.out if FLAGS["out"].present else "speed_check.json"
+    if FLAGS.set and not FLAGS.real_run:
+      raise app.UsageError("--what=speed_check takes --set for --real_run's training only")
     sys.exit(speed_check.run(FLAGS.quick, out, levers=FLAGS.levers, peers=FLAGS.peers,
                                  xla_levers=FLAGS.xla_levers, real_run=FLAGS.real_run,
                                  real_run_data=FLAGS.real_run_data,
                                  budget_s=FLAGS.budget_s,
-                                 real_run_batching=FLAGS.real_run_batching))
+                                 real_run_batching=FLAGS.real_run_batching,
+                                 packed_attention=FLAGS.packed_attention,
+                                 real_run_sets=FLAGS.set))
   import jax
   _log(f"jax {jax.__version__}, {jax.local_device_count()} {jax.default_backend()} device(s)")
   from t2t_jax.errors import UserError

@@ -72,10 +72,37 @@ def workload_config(sets: dict[str, Any], dtype: str):
                                      "model.label_smoothing": 0.1, **sets})
 
 
+# Spread of the sentence lengths in `packed_rows`: a log-normal of this sigma puts WMT-shaped
+# targets' 10th-90th percentiles near 0.45x-1.9x their mean.
+PACKED_LENGTH_SIGMA = 0.6
+
+
+def packed_rows(rng: Any, rows: int, length: int, mean: float, vocab_size: int
+                ) -> tuple[Any, Any]:
+  """Source and target rows of EOS-terminated random sentences packed one after another,
+  the same lengths on both sides: log-normal lengths of mean `mean` (EOS included, at least
+  2); a row's last sentence takes the rest of the row, so rows have no padding."""
+  import numpy as np
+  from t2t_jax.special_tokens import EOS_ID
+  mu = np.log(mean) - PACKED_LENGTH_SIGMA ** 2 / 2
+  out = [rng.integers(4, vocab_size, size=(rows, length)).astype(np.int32) for _ in range(2)]
+  for r in range(rows):
+    at = 0
+    while at < length:
+      n = int(np.clip(round(rng.lognormal(mu, PACKED_LENGTH_SIGMA)), 2, length))
+      n = length - at if length - at - n < 2 else n
+      at += n
+      for side in out:
+        side[r, at - 1] = EOS_ID
+  return out[0], out[1]
+
+
 def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
-                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1
-                ) -> dict[str, Any]:
-  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens."""
+                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1,
+                segment_mean: float | None = None) -> dict[str, Any]:
+  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens: each
+  row one sentence, or with `segment_mean` sentences of about that many tokens packed in
+  each row (packed models only: `data.packing`)."""
   import jax
   import numpy as np
   from t2t_jax import optim, parallel, train
@@ -93,6 +120,15 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   shape = (num_devices, accum, batch // num_devices, length)
   batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
                   for k in ("inputs", "targets")}
+  sentences = batch * accum
+  if segment_mean:
+    from t2t_jax import backend
+    from t2t_jax.special_tokens import EOS_ID
+    if not backend.packing(cfg.data.packing):
+      raise UserError("--segment_mean packs sentences in rows: it needs data.packing")
+    src, tgt = packed_rows(rng, batch * accum, length, segment_mean, cfg.model.vocab_size)
+    batch_arrays = {"inputs": src.reshape(shape), "targets": tgt.reshape(shape)}
+    sentences = int((tgt == EOS_ID).sum())
   batch_arrays = parallel.shard(batch_arrays, num_devices)
   rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
   start = time.perf_counter()
@@ -134,7 +170,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   m = cfg.model
   flops = train_flops(m, batch * accum, length, length)
   return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
-          "batch": batch, "accum": accum, "length": length,
+          "batch": batch, "accum": accum, "length": length, "sentences": sentences,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
           "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
           "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from t2t_jax.tools import device_check
 from t2t_jax.tools.device_check import BASE, BIG, QUICK, QUICK_BIG, Report
@@ -101,7 +101,11 @@ def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int) -> dict[st
   from t2t_jax.tools import bench_step
   from t2t_jax.config import override
   rows, length = (QUICK_ROWS, QUICK_LENGTH) if quick else (ROWS, LENGTH)
-  config_sets = {k: v for k, v in sets.items() if k != "share_of"}
+  config_sets = {k: v for k, v in sets.items() if k not in ("share_of", "packed_rows_of")}
+  segment_mean = None
+  if "packed_rows_of" in sets:  # the same tokens in rows of that length, sentences packed
+    rows, length = rows * length // sets["packed_rows_of"], sets["packed_rows_of"]
+    segment_mean = QUICK_SEGMENT_MEAN if quick else SEGMENT_MEAN
   rows = -(-rows // sets.get("share_of", 1))
   cfg = bench_step.workload_config({**_workload(name, quick), **config_sets}, "bfloat16")
   cfg = override(cfg, {"train.tokens_per_step": rows * length, "data.max_length": length})
@@ -109,7 +113,8 @@ def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int) -> dict[st
   accum = input_pipeline.accumulation_steps(cfg, n, micro)
   per_micro = -(-rows // (accum * n)) * n  # rows of one micro-batch over all devices
   r = bench_step.bench_train(cfg, name, n, per_micro, length, repeats=3, min_steps=10,
-                             peak_n=1024 if quick else 8192, accum=accum)
+                             peak_n=1024 if quick else 8192, accum=accum,
+                             segment_mean=segment_mean)
   r.update(micro_batch_tokens_auto=micro, sets=sets,
            params=model.count_params(model.abstract_params(cfg.model)))
   memory = _peak_memory()
@@ -260,6 +265,20 @@ LEVERS = [
 ]
 
 
+# `--packed_attention`: the synthetic step against packed rows of the real run's length
+# (base_ende's rows on WMT-shaped data are 128 target tokens holding ~5 sentences of ~25
+# tokens), the same 25,600 tokens a step, on each attention path that packed rows can take.
+SEGMENT_MEAN, QUICK_SEGMENT_MEAN = 25, 6
+PACKED_ROW, QUICK_PACKED_ROW = 128, 32
+
+
+def packed_attention_cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
+  row = QUICK_PACKED_ROW if quick else PACKED_ROW
+  fused = {"packed_rows_of": row, "model.fused_attention": True}
+  return [("base", {}), ("base", {"packed_rows_of": row}),
+          ("base", fused), ("base", {**fused, "model.segment_attention": "offsets"})]
+
+
 # XLA GPU options that may make the step faster, each measured by `--xla_levers` against the
 # trainer's own options (backend.GPU_XLA_FLAGS) in a process of its own (XLA reads its flags
 # once): a candidate joins GPU_XLA_FLAGS only when it measures faster.
@@ -346,24 +365,26 @@ def _real_run_sets(quick: bool, corpus: str, root: str, packing: bool) -> dict[s
           "train.eval_every_steps": 1_000_000, "train.final_eval": False}
 
 
-def _real_run(quick: bool, corpus: str, root: str, log: str, packing: bool) -> dict[str, Any]:
+def _real_run(quick: bool, corpus: str, root: str, log: str, packing: bool,
+              extra: Sequence[str] = ()) -> dict[str, Any]:
   """`python -m t2t_jax.main --experiment=base_ende` on the WMT-shaped corpus for a few
   minutes (its time budget): real (non-padding) target tok/s at steady state from its own
   metrics.jsonl, seconds from launch to its first log line and to steady state, and the
-  seconds and programs it compiled."""
+  seconds and programs it compiled. `extra`: the user's `--set`s, after the check's own."""
   import statistics
   from t2t_jax import side_by_side
   sets = _real_run_sets(quick, corpus, root, packing)
   work = tempfile.mkdtemp(prefix="t2t_jax_real_run_")
   launched = time.time()
   device_check._run(side_by_side.train_command("base_ende", work, sets=[
-      f"{k}={v}" for k, v in sets.items()]), dict(os.environ), log,
+      f"{k}={v}" for k, v in sets.items()] + list(extra)), dict(os.environ), log,
       timeout=60 * sets["train.max_train_minutes"] + 300)
   ended = time.time()
   rows = [r for r in device_check._metrics(work) if "tokens_per_sec" in r and "time" in r]
   shutil.rmtree(work, ignore_errors=True)
   last = rows[-1] if rows else {}
-  found = {"packing": packing, "sets": sets, "steps": last.get("step", 0),
+  found = {"packing": packing, "sets": sets, "user_sets": list(extra),
+           "steps": last.get("step", 0),
            "compiles": last.get("compiles"), "compiled_ahead": last.get("compiled_ahead"),
            "compile_seconds": last.get("compile_seconds"), "seconds": round(ended - launched, 1)}
   if len(rows) < 3:  # a finding, not a failure: the budget ended before a steady rate
@@ -395,14 +416,17 @@ BUDGET_SEC = 540.0
 def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
         xla_levers: bool = False, real_run: bool = False,
         real_run_data: str | None = None, budget_s: float | None = None,
-        real_run_batching: str = "both") -> int:
+        real_run_batching: str = "both", packed_attention: bool = False,
+        real_run_sets: Sequence[str] = ()) -> int:
   """Runs every part; returns the exit code (1 when a part failed). `budget_s` shortens the
-  check to fit what is left of a device lease."""
+  check to fit what is left of a device lease; `real_run_sets` ("key=value") change the
+  real runs' training (the synthetic step it is read against keeps the defaults)."""
   log_dir = os.path.dirname(os.path.abspath(out))
   os.makedirs(log_dir, exist_ok=True)
   log = os.path.join(log_dir, "speed_check_runs.log")
   report = Report(out, quick)
-  report.data["what"] = ("speed_check_xla_levers" if xla_levers else
+  report.data["what"] = ("speed_check_packed_attention" if packed_attention else
+                         "speed_check_xla_levers" if xla_levers else
                          "speed_check_levers" if levers else
                          "speed_check_real_run" if real_run else "speed_check")
   peers = peers or default_peers()
@@ -423,7 +447,8 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
     # the bucketed run follows when the check's time allows, and says so when it does not.
     if corpus and real_run_batching in ("packed", "both"):
       report.section("real_run_packed",
-                     lambda: _real_run(quick, corpus["corpus"], root, log, True))
+                     lambda: _real_run(quick, corpus["corpus"], root, log, True,
+                                       real_run_sets))
     spec = {"quick": quick, "train": [("base", {})]}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env, 240.0, log)
     report.section("jax", lambda: _collect(lines, error))
@@ -436,8 +461,14 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
                        "`--real_run_batching=bucketed` runs it alone"}
       else:
         report.section("real_run_bucketed",
-                       lambda: _real_run(quick, corpus["corpus"], root, log, False))
+                       lambda: _real_run(quick, corpus["corpus"], root, log, False,
+                                         real_run_sets))
     shutil.rmtree(root, ignore_errors=True)
+  elif packed_attention:
+    spec = {"quick": quick, "train": packed_attention_cases(quick)}
+    lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env,
+                              min(420.0, max(60.0, deadline - time.time())), log)
+    report.section("jax", lambda: _collect(lines, error))
   elif xla_levers:
     spec = {"quick": quick, "train": [("base", {})]}
     for title, flag in [("defaults", "")] + XLA_LEVERS:
@@ -462,7 +493,7 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
     report.section("jax", lambda: _collect(lines, error))
   import importlib.util
   missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-  if levers or xla_levers or real_run:
+  if levers or xla_levers or real_run or packed_attention:
     pass  # the peers ran beside the defaults in the speed check itself
   elif peers is None or missing:
     report.data["peers"] = {"skipped": "no peers folder (.peers/ or ../shared/peers)"
@@ -581,11 +612,14 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
     out["matmul_peak_bf16_out"] = int(jax_parts["matmul_peak_bf16_out"])
     out["matmul_peak_bf16_out_over_f32_out"] = _ratio(jax_parts["matmul_peak_bf16_out"], peak)
   defaults = {k.split()[1]: rate(v) for k, v in jax_parts.items() if k.endswith(" {}")}
-  levers = {}
+  levers, packed = {}, {}
   for key, value in jax_parts.items():
     if key.startswith("train ") and not key.endswith(" {}") and "share_of" not in key:
       name = key.split()[1]
-      levers[key] = _ratio(rate(value), defaults.get(name)) if "error" not in value else None
+      into = packed if "packed_rows_of" in key else levers
+      into[key] = _ratio(rate(value), defaults.get(name)) if "error" not in value else None
+  if packed:  # packed rows' tok/s over the synthetic step's, path by path
+    out["packed_over_synthetic"] = packed
   without = (data.get("jax_without_gpu_xla_flags") or {}).get("train base {}") or {}
   if without and "error" not in without:
     levers["train base without GPU_XLA_FLAGS"] = _ratio(rate(without), defaults.get("base"))
