@@ -212,6 +212,11 @@ def segment_attention(setting: str, dtype: str) -> str:
       raise UserError("model.segment_attention=offsets runs cuDNN's packed layout: it needs "
                       "model.dtype=bfloat16 on a Hopper or newer GPU (this is "
                       f"{platform()}); use bias or auto")
+    if importlib.util.find_spec("jax._src.cudnn.fused_attention_stablehlo") is None:
+      import jax
+      raise UserError(f"model.segment_attention=offsets: jax {jax.__version__} has no "
+                      "jax._src.cudnn.fused_attention_stablehlo (the packed layout's entry "
+                      "point); use bias or auto")
     return "offsets"
   return "bias"
 

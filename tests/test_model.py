@@ -1,6 +1,7 @@
 """The model against the paper's definitions, hand-computed values and invariances."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -500,6 +501,7 @@ def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone
   packed_src = _pack([[pairs[0][0], pairs[1][0]], [pairs[2][0]]], 12)
   packed_tgt = _pack([[pairs[0][1], pairs[1][1]], [pairs[2][1]]], 12)
 
+  @functools.partial(jax.jit, static_argnums=3)  # one compilation, not one per operation
   def token_logp(p, src, tgt, packed):
     logits = model.Transformer(cfg, packed=packed).apply({"params": p}, src, tgt)
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tgt[..., None], -1)[..., 0]
@@ -512,8 +514,8 @@ def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone
   np.testing.assert_allclose(packed[0, lengths[0]:lengths[0] + lengths[1]],
                              alone[1, :lengths[1]], atol=1e-5)
   np.testing.assert_allclose(packed[1, :lengths[2]], alone[2, :lengths[2]], atol=1e-5)
-  grad = lambda src, tgt, packed: jax.grad(
-      lambda p: jnp.sum(token_logp(p, src, tgt, packed)))(params)
+  grad = lambda src, tgt, packed: jax.jit(jax.grad(
+      lambda p: jnp.sum(token_logp(p, src, tgt, packed))))(params)
   for a, b in zip(jax.tree_util.tree_leaves(grad(alone_src, alone_tgt, False)),
                   jax.tree_util.tree_leaves(grad(packed_src, packed_tgt, True))):
     np.testing.assert_allclose(b, a, atol=1e-5)
@@ -534,8 +536,8 @@ def test_packed_layout_is_used_while_rows_fit_its_bound_and_the_bias_layout_afte
   assert model.max_segments(16, 16) == 2
   two = (_pack([[sent(5), sent(6)]], 16), _pack([[sent(4), sent(7)]], 16))
   three = (_pack([[sent(5), sent(4), sent(3)]], 16), _pack([[sent(4), sent(3), sent(5)]], 16))
-  logits = lambda c, batch: np.asarray(
-      model.Transformer(c, packed=True).apply({"params": params}, *batch))
+  logits = lambda c, batch: np.asarray(jax.jit(
+      model.Transformer(c, packed=True).apply)({"params": params}, *batch))
   with pytest.MonkeyPatch.context() as mp:
     _offsets_layout(mp, lambda q, k, v, *_: jnp.zeros_like(q))
     zeros = dataclasses.replace(cfg, segment_attention="offsets")
@@ -550,6 +552,37 @@ def test_packed_layout_needs_cudnn_on_a_hopper_gpu():
   with pytest.raises(UserError, match="Hopper"):
     model.backend.segment_attention("offsets", "bfloat16")
   assert model.backend.segment_attention("auto", "bfloat16") == "bias"
+
+
+def test_the_packed_layout_lowers_to_cudnns_packed_kernels_for_a_gpu(monkeypatch):
+  """Lowered for CUDA on this CPU (JAX's cuDNN version and capability checks told it is a
+  Hopper GPU with cuDNN 9.10): the gradient of a packed model runs each attention through
+  cuDNN's kernel with `max_seg_per_batch` = L / 8 sentences (encoder and cross-attention
+  unmasked, decoder self-attention causal), and its backward kernel; the bias layout's
+  kernels are there too, as the other branch. JAX's own checks of the arguments' ranks,
+  dtypes and batch pass on the way."""
+  import re
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn
+  monkeypatch.setattr(cudnn, "check_cudnn_version", lambda: 91000)
+  monkeypatch.setattr(cudnn, "check_compute_capability", lambda capability: True)
+  monkeypatch.setattr(cudnn, "is_cuda_compute_capability_equal", lambda capability: False)
+  monkeypatch.setattr(model.backend, "attention_implementation", lambda dtype: "cudnn")
+  _offsets_layout(monkeypatch, model.cudnn_packed_attention)
+  cfg = dataclasses.replace(TINY, num_layers=1, d_k=16, d_v=16, max_len=64,
+                            implementation="plain", fused_attention=True,
+                            segment_attention="offsets", dtype="bfloat16")
+  params = _params(dataclasses.replace(TINY, num_layers=1, d_k=16, d_v=16, max_len=64))
+  rows = jnp.ones((4, 64), jnp.int32)
+  loss = lambda p: jnp.sum(model.Transformer(cfg, packed=True).apply(
+      {"params": p}, rows, rows).astype(jnp.float32))
+  text = jax.jit(jax.grad(loss)).trace(params).lower(lowering_platforms=("cuda",)).as_text()
+  calls = [line for line in text.splitlines() if "__cudnn$fmha" in line]
+  packed = [line for line in calls if re.search(r"max_seg_per_batch\\22: 8\b", line)]
+  forward = [re.findall(r"mask_type\\22: \\22(\w+)", line)[0] for line in packed
+             if "Backward" not in line]
+  assert sorted(forward) == ["CAUSAL", "NO_MASK", "NO_MASK"]
+  assert sum("Backward" in line for line in packed) == 3
+  assert sum("fmhaScaleBiasSoftmax" in line for line in calls) == 6  # the other branch
 
 
 def _hopper_gpu() -> bool:
