@@ -174,10 +174,28 @@ def test_packed_attention_cases_read_against_the_synthetic_step():
   assert "levers_over_defaults" not in s
 
 
-def test_a_packed_case_packs_its_rows():
-  """The quick packed case on this CPU: the synthetic step's tokens in rows of 32 holding
-  several sentences each, through the trainer's own step."""
-  r = speed_check._train_case("base", True, {"packed_rows_of": speed_check.QUICK_PACKED_ROW}, 1)
-  assert r["length"] == speed_check.QUICK_PACKED_ROW
-  assert r["batch"] * r["accum"] * r["length"] == speed_check.QUICK_ROWS * speed_check.QUICK_LENGTH
-  assert r["sentences"] >= 3 * r["batch"] * r["accum"] and r["target_tokens_per_sec"] > 0
+def test_a_packed_case_times_the_same_tokens_in_packed_rows(monkeypatch):
+  """A packed case hands the step benchmark the synthetic step's tokens as rows of its
+  length with sentences packed in them, and the rest of its sets as config (micro-batches
+  as on a GPU)."""
+  from t2t_jax.tools import bench_step
+  seen = {}
+
+  def bench_train(cfg, name, n, batch, length, repeats, min_steps, peak_n, accum,
+                  segment_mean):
+    seen.update(batch=batch, length=length, accum=accum, segment_mean=segment_mean,
+                fused=cfg.model.fused_attention, layout=cfg.model.segment_attention)
+    return {}
+  monkeypatch.setattr(bench_step, "bench_train", bench_train)
+  monkeypatch.setattr(speed_check, "_peak_memory", lambda: None)
+  from t2t_jax import input_pipeline  # a GPU's micro-batch: the whole step at once
+  monkeypatch.setattr(input_pipeline, "micro_batch_tokens",
+                      lambda cfg, n: cfg.train.tokens_per_step)
+  name, sets = speed_check.packed_attention_cases(quick=False)[3]
+  speed_check._train_case(name, False, sets, 1)
+  assert seen["batch"] * seen["accum"] * seen["length"] == speed_check.ROWS * speed_check.LENGTH
+  assert seen["length"] == speed_check.PACKED_ROW
+  assert seen["segment_mean"] == speed_check.SEGMENT_MEAN
+  assert seen["fused"] and seen["layout"] == "offsets"
+  speed_check._train_case("base", False, {}, 1)  # the synthetic step: one sentence a row
+  assert (seen["length"], seen["segment_mean"]) == (speed_check.LENGTH, None)
