@@ -1,7 +1,11 @@
-"""What many tests share: the tiny model, fast data settings, and the training command."""
+"""What many tests share: the tiny model, fast data settings, the training command, and a
+stand-in for cuDNN's packed-layout kernel on CPU."""
 
 import sys
 from pathlib import Path
+
+import jax
+import jax.numpy as jnp
 
 from t2t_jax import registry
 from t2t_jax.config import override
@@ -28,3 +32,41 @@ def main_command(workdir, mode="train", experiment="demo", sets=None) -> list[st
   """`python -m t2t_jax.main` for `workdir` with `--set` flags."""
   return [sys.executable, "-m", "t2t_jax.main", f"--experiment={experiment}",
           f"--workdir={workdir}", f"--mode={mode}"] + set_flags(sets or {})
+
+
+def packed_layout_reference(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, causal):
+  """cuDNN's packed layout as `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`
+  documents it, for CPU tests: segment i of row b is queries q_offsets[b, i] + [0,
+  q_seqlen[b, i]) over keys kv_offsets[b, i] + [0, kv_seqlen[b, i]) (causal: a query's index
+  in its segment bounds its keys'); -1 marks no segment. Positions in no segment come out
+  NaN, in the output and, through q, in q's gradient: what the real kernel leaves there is
+  undefined."""
+  t, s = jnp.arange(q.shape[1]), jnp.arange(k.shape[1])
+  used = q_seqlen >= 0                                                    # [b, m]
+  in_q = used[..., None] & (t >= q_offsets[:, :-1, None]) & (t < (q_offsets + 1)[:, :-1, None]
+                                                                 + q_seqlen[..., None] - 1)
+  in_k = used[..., None] & (s >= kv_offsets[:, :-1, None]) & (s < kv_offsets[:, :-1, None]
+                                                              + kv_seqlen[..., None])
+  allowed = in_q[..., :, None] & in_k[..., None, :]                       # [b, m, t, s]
+  if causal:
+    allowed &= ((s[None, None, None, :] - kv_offsets[:, :-1, None, None])
+                <= (t[None, None, :, None] - q_offsets[:, :-1, None, None]))
+  allowed = jnp.any(allowed, axis=1)[:, None]                            # [b, 1, t, s]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+  weights = jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1)
+  weights = jnp.where(jnp.any(allowed, axis=-1, keepdims=True), weights, 0.0)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights, v.astype(jnp.float32))
+  covered = jnp.any(in_q, axis=1)[..., None, None]
+  undefined = jnp.where(covered, 0.0, q[..., :v.shape[-1]]) * jnp.nan  # NaN there only
+  return jnp.where(covered, out, undefined).astype(q.dtype)
+
+
+def offsets_layout_on_cpu(monkeypatch, kernel=packed_layout_reference):
+  """The packed-layout path (model.segment_attention=offsets) on this CPU: cuDNN's kernel
+  replaced by `kernel`."""
+  from t2t_jax import backend, model
+  resolve = backend.segment_attention
+  monkeypatch.setattr(backend, "segment_attention",
+                      lambda setting, dtype: "offsets" if setting == "offsets"
+                      else resolve(setting, dtype))
+  monkeypatch.setattr(model, "cudnn_packed_attention", kernel)

@@ -12,6 +12,8 @@ from t2t_jax import cpu_kernels, model, registry
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
+from helpers import offsets_layout_on_cpu, packed_layout_reference
+
 TINY = ModelConfig(vocab_size=50, num_layers=2, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                    dropout=0.0, max_len=32)
 
@@ -432,33 +434,6 @@ def _pack(rows_of_ids, width):
   return jnp.asarray(out)
 
 
-def packed_layout_reference(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, causal):
-  """cuDNN's packed layout as `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention`
-  documents it, for CPU tests: segment i of row b is queries q_offsets[b, i] + [0,
-  q_seqlen[b, i]) over keys kv_offsets[b, i] + [0, kv_seqlen[b, i]) (causal: a query's index
-  in its segment bounds its keys'); -1 marks no segment. Positions in no segment come out
-  NaN, in the output and, through q, in q's gradient: what the real kernel leaves there is
-  undefined."""
-  t, s = jnp.arange(q.shape[1]), jnp.arange(k.shape[1])
-  used = q_seqlen >= 0                                                    # [b, m]
-  in_q = used[..., None] & (t >= q_offsets[:, :-1, None]) & (t < (q_offsets + 1)[:, :-1, None]
-                                                                 + q_seqlen[..., None] - 1)
-  in_k = used[..., None] & (s >= kv_offsets[:, :-1, None]) & (s < kv_offsets[:, :-1, None]
-                                                              + kv_seqlen[..., None])
-  allowed = in_q[..., :, None] & in_k[..., None, :]                       # [b, m, t, s]
-  if causal:
-    allowed &= ((s[None, None, None, :] - kv_offsets[:, :-1, None, None])
-                <= (t[None, None, :, None] - q_offsets[:, :-1, None, None]))
-  allowed = jnp.any(allowed, axis=1)[:, None]                            # [b, 1, t, s]
-  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
-  weights = jax.nn.softmax(jnp.where(allowed, logits, -1e30), axis=-1)
-  weights = jnp.where(jnp.any(allowed, axis=-1, keepdims=True), weights, 0.0)
-  out = jnp.einsum("bhqk,bkhd->bqhd", weights, v.astype(jnp.float32))
-  covered = jnp.any(in_q, axis=1)[..., None, None]
-  undefined = jnp.where(covered, 0.0, q[..., :v.shape[-1]]) * jnp.nan  # NaN there only
-  return jnp.where(covered, out, undefined).astype(q.dtype)
-
-
 def test_segment_offsets_by_hand():
   """Row 0: sentences of 3 and 2 tokens, then padding; row 1: one sentence of 6 tokens;
   the keys' row 0 holds its second sentence at 4..6. Limit 3: a third slot, unused."""
@@ -472,12 +447,7 @@ def test_segment_offsets_by_hand():
 
 
 def _offsets_layout(monkeypatch, kernel=packed_layout_reference):
-  """The packed-layout path on this CPU: cuDNN's kernel replaced by `kernel`."""
-  resolve = model.backend.segment_attention
-  monkeypatch.setattr(model.backend, "segment_attention",
-                      lambda setting, dtype: "offsets" if setting == "offsets"
-                      else resolve(setting, dtype))
-  monkeypatch.setattr(model, "cudnn_packed_attention", kernel)
+  offsets_layout_on_cpu(monkeypatch, kernel)
 
 
 @pytest.mark.parametrize("changes", [{}, {"fused_attention": True},

@@ -199,3 +199,21 @@ def test_a_packed_case_times_the_same_tokens_in_packed_rows(monkeypatch):
   assert seen["fused"] and seen["layout"] == "offsets"
   speed_check._train_case("base", False, {}, 1)  # the synthetic step: one sentence a row
   assert (seen["length"], seen["segment_mean"]) == (speed_check.LENGTH, None)
+
+
+def test_the_packed_layout_agreement_part_reads_both_layouts(monkeypatch):
+  """`--packed_attention`'s first part on this CPU, cuDNN's documented behaviour standing in
+  for the kernel: the layouts agree; a kernel that drops a sentence's attention does not."""
+  import jax.numpy as jnp
+  from helpers import offsets_layout_on_cpu, packed_layout_reference
+  offsets_layout_on_cpu(monkeypatch)
+  s = speed_check.summarise({"jax": {
+      "packed_layout_agreement": speed_check.packed_layout_agreement(quick=True)}})
+  assert s["packed_layout_agreement"]["agrees"], s["packed_layout_agreement"]
+
+  def drops_the_first_sentence(q, k, v, q_seqlen, *rest):
+    return packed_layout_reference(q, k, v, q_seqlen.at[:, 0].set(-1), *rest)
+  offsets_layout_on_cpu(monkeypatch, drops_the_first_sentence)
+  s = speed_check.summarise({"jax": {
+      "packed_layout_agreement": speed_check.packed_layout_agreement(quick=True)}})
+  assert not s["packed_layout_agreement"]["agrees"]

@@ -156,6 +156,8 @@ def jax_part(spec: dict[str, Any]) -> None:
   emit("matmul_peak_bf16_out", lambda: bench_step.matmul_peak(
       "bfloat16", n=1024 if quick else 8192, repeats=5, calls=3 if quick else 20,
       out_dtype="bfloat16"))
+  if spec.get("packed_agreement"):  # before the timings: a wrong kernel is found first
+    emit("packed_layout_agreement", lambda: packed_layout_agreement(quick))
   for name, sets in spec["train"]:
     emit(f"train {name} {json.dumps(sets, sort_keys=True)}",
          lambda: _train_case(name, quick, sets, n))
@@ -181,6 +183,59 @@ def _bare_step(sets: dict[str, Any], quick: bool, n: int) -> dict[str, Any]:
                              accum=accum, peak_n=1024 if quick else 8192)
   r["step_shape"] = [devices, accum, rows, length]
   return r
+
+
+# bf16 logits and gradients of the two layouts agree within this share of their scale (the
+# layouts sum the same products in other orders and tiles).
+LAYOUT_TOLERANCE = 0.05
+
+
+def packed_layout_agreement(quick: bool) -> dict[str, Any]:
+  """The fused kernel's two layouts of packed rows on the same batch: base's width in one
+  layer, rows of the packed cases' length and sentences. The largest logit difference at
+  real positions, and the largest of each gradient's largest difference over its largest
+  value (`summarise` reads them against LAYOUT_TOLERANCE)."""
+  import dataclasses
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from t2t_jax import model
+  from t2t_jax.special_tokens import EOS_ID, PAD_ID
+  from t2t_jax.tools import bench_step
+  cfg = dataclasses.replace(
+      bench_step.workload_config(_workload("base", quick), "bfloat16").model,
+      num_layers=1, dropout=0.0, fused_attention=True)
+  row = QUICK_PACKED_ROW if quick else PACKED_ROW
+  src, tgt = bench_step.packed_rows(np.random.default_rng(0), 16, row,
+                                    QUICK_SEGMENT_MEAN if quick else SEGMENT_MEAN,
+                                    cfg.vocab_size)
+  tgt[-1, row // 2:] = src[-1, row // 2:] = PAD_ID  # padding in one row, as packing leaves
+  params = model.init_params(cfg, jax.random.PRNGKey(0))
+
+  def run(layout: str):
+    c = dataclasses.replace(cfg, segment_attention=layout)
+
+    def loss(p):
+      logits = model.Transformer(c, packed=True).apply({"params": p}, src, tgt)
+      logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+      return jnp.sum(jnp.where(tgt != PAD_ID, jnp.take_along_axis(
+          logp, tgt[..., None], -1)[..., 0], 0.0)), logits
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return np.asarray(logits, np.float32), jax.tree_util.tree_leaves(grads)
+
+  (logits_b, grads_b), (logits_o, grads_o) = run("bias"), run("offsets")
+  real = tgt != PAD_ID
+  grad_diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                  / max(float(np.max(np.abs(np.asarray(a)))), 1e-12)
+                  for a, b in zip(grads_b, grads_o))
+  # The packed layout runs only while every row holds at most its bound of sentences.
+  sentences = int(np.max(np.sum(tgt == EOS_ID, axis=1)))
+  return {"rows": int(src.shape[0]), "length": row, "most_sentences_in_a_row": sentences,
+          "packed_layout_ran": sentences <= model.max_segments(row, row),
+          "max_logit_difference": float(np.max(np.abs(logits_b[real] - logits_o[real]))),
+          "max_logit": float(np.max(np.abs(logits_b[real]))),
+          "max_relative_gradient_difference": grad_diff,
+          "finite": bool(all(np.isfinite(np.asarray(g)).all() for g in grads_o))}
 
 
 # --- the parent: processes in turn, nothing of JAX here ---------------------------------------
@@ -268,7 +323,7 @@ LEVERS = [
 # `--packed_attention`: the synthetic step against packed rows of the real run's length
 # (base_ende's rows on WMT-shaped data are 128 target tokens holding ~5 sentences of ~25
 # tokens), the same 25,600 tokens a step, on each attention path that packed rows can take.
-SEGMENT_MEAN, QUICK_SEGMENT_MEAN = 25, 6
+SEGMENT_MEAN, QUICK_SEGMENT_MEAN = 25, 12
 PACKED_ROW, QUICK_PACKED_ROW = 128, 32
 
 
@@ -465,7 +520,7 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
                                          real_run_sets))
     shutil.rmtree(root, ignore_errors=True)
   elif packed_attention:
-    spec = {"quick": quick, "train": packed_attention_cases(quick)}
+    spec = {"quick": quick, "train": packed_attention_cases(quick), "packed_agreement": True}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env,
                               min(420.0, max(60.0, deadline - time.time())), log)
     report.section("jax", lambda: _collect(lines, error))
@@ -647,6 +702,12 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
         "met": None if quick else to_steady <= REAL_RUN_TARGETS["seconds_to_steady_state"]}
   out["device"] = device.get("kind")
   out["jax"] = device.get("jax")
+  agreement = jax_parts.get("packed_layout_agreement")
+  if isinstance(agreement, dict) and "error" not in agreement:
+    out["packed_layout_agreement"] = {**agreement, "agrees": bool(
+        agreement["finite"] and agreement["packed_layout_ran"]
+        and agreement["max_logit_difference"] <= LAYOUT_TOLERANCE * max(1.0, agreement["max_logit"])
+        and agreement["max_relative_gradient_difference"] <= LAYOUT_TOLERANCE)}
   out["failed"] = {k: v["error"] for k, v in {**jax_parts, **peers}.items()
                    if isinstance(v, dict) and "error" in v}
   if "error" in jax_parts and isinstance(jax_parts["error"], str):
