@@ -579,6 +579,7 @@ def test_cudnn_packed_layout_equals_the_bias_layout_on_a_gpu():
       row.append(list(rng.integers(4, cfg.vocab_size, n - 1)) + [EOS_ID])
       room -= n
     rows.append(row)
+  assert max(map(len, rows)) <= model.max_segments(64, 64)  # the packed layout runs
   src = _pack([[s[::-1] for s in r] for r in rows] + [[]], 64)
   tgt = _pack(rows + [[]], 64)
 
