@@ -204,8 +204,8 @@ def segment_attention(setting: str, dtype: str) -> str:
 
   "auto" is bias, the layout the fused path has run on an H200 (2026-11-27, 0.95x the
   einsum path at 32 tokens a row). Offsets have not run on a GPU yet (2026-11-28): `bench
-  --what=train --segment_mean=25` times the step at packed shapes with each, and
-  tests/test_model.py checks offsets against bias on a Hopper GPU.
+  --what=speed_check --packed_attention` checks them against bias on one packed batch and
+  times the step at packed shapes with each.
   """
   if setting == "offsets":
     capability = _compute_capability() or (0,)

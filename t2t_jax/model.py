@@ -272,12 +272,9 @@ class MultiHeadAttention(nn.Module):
     if isinstance(mask, SegmentMask):
       return self.out(self._attend_segments(q, k, v, mask).reshape(b, lq, -1))
     if cfg.fused_attention:
-      dt = kernels.compute_dtype(cfg)
-      kwargs = (dict(key_value_seq_lengths=mask.lengths, is_causal=mask.causal)
-                if mask is not None else dict(bias=bias.astype(dt)))
-      out = jax.nn.dot_product_attention(
-          q.astype(dt), k.astype(dt), v.astype(dt), scale=1.0,
-          implementation=backend.attention_implementation(cfg.dtype), **kwargs)
+      out = (self._fused_kernel(q, k, v, key_value_seq_lengths=mask.lengths,
+                                is_causal=mask.causal)
+             if mask is not None else self._fused_kernel(q, k, v, bias=bias))
       return self.out(out.reshape(b, lq, cfg.num_heads * cfg.d_v))
     logits = kernels.einsum(cfg, "bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
     weights = jax.nn.softmax(logits, axis=-1)
@@ -285,6 +282,16 @@ class MultiHeadAttention(nn.Module):
     weights = self.weights_dropout(weights, deterministic=not train)
     out = kernels.einsum(cfg, "bhqk,bkhd->bqhd", weights, v).reshape(b, lq, cfg.num_heads * cfg.d_v)
     return self.out(out)
+
+  def _fused_kernel(self, q: Array, k: Array, v: Array, bias: Array | None = None,
+                    **mask_args: Any) -> Array:
+    """`jax.nn.dot_product_attention` in the compute dtype (cuDNN's kernel on a GPU in
+    bf16) over scaled queries, masked by `bias` or by its key-length arguments."""
+    dt = kernels.compute_dtype(self.cfg)
+    return jax.nn.dot_product_attention(
+        q.astype(dt), k.astype(dt), v.astype(dt),
+        bias=None if bias is None else bias.astype(dt), scale=1.0,
+        implementation=backend.attention_implementation(self.cfg.dtype), **mask_args)
 
   def _attend_segments(self, q: Array, k: Array, v: Array, mask: SegmentMask) -> Array:
     """Fused attention of packed rows in cuDNN's packed layout. The kernel leaves positions
@@ -303,10 +310,8 @@ class MultiHeadAttention(nn.Module):
       return jnp.where(q_in, out, 0).astype(dt)
 
     def whole_rows(q, k, v):
-      bias = segment_bias(mask.query_ids, mask.key_ids, mask.causal).astype(dt)
-      return jax.nn.dot_product_attention(
-          q, k, v, bias=bias, scale=1.0,
-          implementation=backend.attention_implementation(self.cfg.dtype)).astype(dt)
+      bias = segment_bias(mask.query_ids, mask.key_ids, mask.causal)
+      return self._fused_kernel(q, k, v, bias=bias).astype(dt)
 
     fits = jnp.maximum(jnp.max(mask.query_ids), jnp.max(mask.key_ids)) <= limit
     return jax.lax.cond(fits, packed, whole_rows, q, k, v)

@@ -126,7 +126,6 @@ def any_process(flags: Sequence[bool], clock: float) -> tuple[list[bool], float]
   return [bool(x) for x in every[:, :-1].max(axis=0)], float(every[:, -1].max())
 
 
-T = TypeVar("T")
 def compile_all(jobs: dict[Any, Callable[[], Any]], workers: int) -> dict[Any, Any]:
   """Runs each job (a lowering and its `.compile()`), `workers` at a time: XLA compiles in
   threads of its own once a program is traced. The compiled programs, by the jobs' keys."""
@@ -135,6 +134,7 @@ def compile_all(jobs: dict[Any, Callable[[], Any]], workers: int) -> dict[Any, A
     return dict(zip(jobs, pool.map(lambda job: job(), jobs.values())))
 
 
+T = TypeVar("T")
 # Each `process_zero_first` of a job announces under a key of its own.
 _ANNOUNCEMENTS = itertools.count()
 WAIT_REPORT_MS = 60_000  # how often a waiting process says it is still waiting

@@ -97,7 +97,6 @@ def test_a_real_run_is_read_against_the_synthetic_step_of_the_same_call():
 def _fake_real_run_check(monkeypatch, tmp_path, budget_s, batching, spends, sets=()):
   """speed_check.run(real_run=True) with its runs replaced by stand-ins that advance a fake
   clock by `spends[part]` seconds; returns the parts that ran and the JSON written."""
-  import json
   clock = [1000.0]
   ran = []
   monkeypatch.setattr(speed_check.time, "time", lambda: clock[0])

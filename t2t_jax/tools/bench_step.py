@@ -128,10 +128,10 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
       raise UserError("--segment_mean packs sentences in rows: it needs data.packing")
     src, tgt = packed_rows(rng, batch * accum, length, segment_mean, cfg.model.vocab_size)
     batch_arrays = {"inputs": src.reshape(shape), "targets": tgt.reshape(shape)}
-    sentences = int((tgt == EOS_ID).sum())
+    per_row = (tgt == EOS_ID).sum(axis=1)
     # A batch with a row of more than model.max_segments sentences runs the bias layout
     # even where the packed layout is asked for: read this against that bound.
-    most_in_a_row = int((tgt == EOS_ID).sum(axis=1).max())
+    sentences, most_in_a_row = int(per_row.sum()), int(per_row.max())
   batch_arrays = parallel.shard(batch_arrays, num_devices)
   rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
   start = time.perf_counter()

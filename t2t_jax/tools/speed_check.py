@@ -704,9 +704,10 @@ def summarise(data: dict[str, Any]) -> dict[str, Any]:
   out["jax"] = device.get("jax")
   agreement = jax_parts.get("packed_layout_agreement")
   if isinstance(agreement, dict) and "error" not in agreement:
+    logit_scale = max(1.0, agreement["max_logit"])
     out["packed_layout_agreement"] = {**agreement, "agrees": bool(
         agreement["finite"] and agreement["packed_layout_ran"]
-        and agreement["max_logit_difference"] <= LAYOUT_TOLERANCE * max(1.0, agreement["max_logit"])
+        and agreement["max_logit_difference"] <= LAYOUT_TOLERANCE * logit_scale
         and agreement["max_relative_gradient_difference"] <= LAYOUT_TOLERANCE)}
   out["failed"] = {k: v["error"] for k, v in {**jax_parts, **peers}.items()
                    if isinstance(v, dict) and "error" in v}
