@@ -1,6 +1,7 @@
 """The GPU speed check's arithmetic: the peak it trusts, the ratios and the 8-GPU projection."""
 
 import json
+import types
 
 import pytest
 
@@ -180,12 +181,12 @@ def test_a_packed_case_times_the_same_tokens_in_packed_rows(monkeypatch):
   from t2t_jax.tools import bench_step
   seen = {}
 
-  def bench_train(cfg, name, n, batch, length, repeats, min_steps, peak_n, accum,
-                  segment_mean):
+  def prepare_train(cfg, name, n, batch, length, accum, segment_mean):
     seen.update(batch=batch, length=length, accum=accum, segment_mean=segment_mean,
                 fused=cfg.model.fused_attention, layout=cfg.model.segment_attention)
-    return {}
-  monkeypatch.setattr(bench_step, "bench_train", bench_train)
+    return types.SimpleNamespace(cfg=cfg)
+  monkeypatch.setattr(bench_step, "prepare_train", prepare_train)
+  monkeypatch.setattr(bench_step, "time_train", lambda *a, **k: {})
   monkeypatch.setattr(speed_check, "_peak_memory", lambda: None)
   from t2t_jax import input_pipeline  # a GPU's micro-batch: the whole step at once
   monkeypatch.setattr(input_pipeline, "micro_batch_tokens",
@@ -198,6 +199,38 @@ def test_a_packed_case_times_the_same_tokens_in_packed_rows(monkeypatch):
   assert seen["fused"] and seen["layout"] == "offsets"
   speed_check._train_case("base", False, {}, 1)  # the synthetic step: one sentence a row
   assert (seen["length"], seen["segment_mean"]) == (speed_check.LENGTH, None)
+
+
+def test_cases_compiled_ahead_are_timed_with_their_programs_and_keep_their_errors(
+    monkeypatch, capsys):
+  """With `compile_ahead` every case's step is compiled before any is timed, and the timings
+  run those programs: the pmapped step itself is never called. A case that cannot compile
+  (the packed layout on this CPU) reports its own error; the others are still timed."""
+  from t2t_jax.tools import bench_step
+  prepare = bench_step.prepare_train
+
+  class CompileOnly:
+    def __init__(self, p_train):
+      self.lower = p_train.lower
+
+    def __call__(self, *args):
+      raise AssertionError("the step was called instead of its program compiled ahead")
+
+  def prepare_train(*args, **kwargs):
+    bench = prepare(*args, **kwargs)
+    bench.p_train = CompileOnly(bench.p_train)
+    return bench
+  monkeypatch.setattr(bench_step, "prepare_train", prepare_train)
+  offsets = {"model.fused_attention": True, "model.segment_attention": "offsets",
+             "packed_rows_of": speed_check.QUICK_PACKED_ROW}
+  cases = [("base", {}), ("base", offsets)]
+  speed_check.jax_part({"quick": True, "train": cases, "compile_ahead": True})
+  parts = {line["part"]: line["value"] for line in map(json.loads,
+                                                       capsys.readouterr().out.splitlines())}
+  keys = [speed_check._case_key(name, sets) for name, sets in cases]
+  assert parts["compile_ahead"]["failed"] == keys[1:]
+  assert parts[keys[0]]["compiled_ahead"] and parts[keys[0]]["target_tokens_per_sec"] > 0
+  assert "Hopper" in parts[keys[1]]["error"]
 
 
 def test_the_packed_layout_agreement_part_reads_both_layouts(monkeypatch):

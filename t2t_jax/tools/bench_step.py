@@ -3,6 +3,7 @@ peak, the analytic FLOPs of a step, and the trainer's own step timed on random t
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import statistics
 import time
@@ -97,20 +98,40 @@ def packed_rows(rng: Any, rows: int, length: int, mean: float, vocab_size: int
   return out[0], out[1]
 
 
-def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
-                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1,
-                segment_mean: float | None = None) -> dict[str, Any]:
-  """Steps/s and tokens/s of the trainer's own train step on random, unpadded tokens: each
-  row one sentence, or with `segment_mean` sentences of about that many tokens packed in
-  each row (packed models only: `data.packing`)."""
+@dataclasses.dataclass
+class TrainBench:
+  """One train-step measurement made ready: the trainer's pmapped step, its state and a batch
+  on the devices. `compile()` builds its program ahead, so that several cases can be compiled
+  at once (as the trainer does before its first step) and then timed one at a time."""
+  cfg: Any
+  workload: str
+  num_devices: int
+  batch: int
+  length: int
+  accum: int
+  p_train: Any
+  state: Any
+  arrays: Any
+  rngs: Any
+  sentences: int
+  most_in_a_row: int
+
+  def compile(self) -> Any:
+    return self.p_train.lower(self.state, self.arrays, self.rngs).compile()
+
+
+def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
+                  accum: int = 1, segment_mean: float | None = None) -> TrainBench:
+  """The trainer's own train step on random, unpadded tokens: each row one sentence, or with
+  `segment_mean` sentences of about that many tokens packed in each row (packed models only:
+  `data.packing`)."""
   import jax
   import numpy as np
   from t2t_jax import optim, parallel, train
   from t2t_jax.config import override
   if batch % num_devices:
     raise UserError(f"batch {batch} is not divisible by {num_devices} devices")
-  tokens = batch * length * accum
-  cfg = override(cfg, {"train.tokens_per_step": tokens,
+  cfg = override(cfg, {"train.tokens_per_step": batch * length * accum,
                        "train.max_tokens_per_batch": batch * length // num_devices})
   optimizer = optim.make_optimizer(cfg)
   devices = jax.local_devices()[:num_devices]
@@ -118,8 +139,8 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
   rng = np.random.default_rng(0)
   shape = (num_devices, accum, batch // num_devices, length)
-  batch_arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
-                  for k in ("inputs", "targets")}
+  arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
+            for k in ("inputs", "targets")}
   sentences, most_in_a_row = batch * accum, 1
   if segment_mean:
     from t2t_jax import backend
@@ -127,31 +148,51 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
     if not backend.packing(cfg.data.packing):
       raise UserError("--segment_mean packs sentences in rows: it needs data.packing")
     src, tgt = packed_rows(rng, batch * accum, length, segment_mean, cfg.model.vocab_size)
-    batch_arrays = {"inputs": src.reshape(shape), "targets": tgt.reshape(shape)}
+    arrays = {"inputs": src.reshape(shape), "targets": tgt.reshape(shape)}
     per_row = (tgt == EOS_ID).sum(axis=1)
     # A batch with a row of more than model.max_segments sentences runs the bias layout
     # even where the packed layout is asked for: read this against that bound.
     sentences, most_in_a_row = int(per_row.sum()), int(per_row.max())
-  batch_arrays = parallel.shard(batch_arrays, num_devices)
-  rngs = parallel.replicate(jax.random.PRNGKey(0), num_devices)
+  return TrainBench(cfg, workload, num_devices, batch, length, accum, p_train, state,
+                    parallel.shard(arrays, num_devices),
+                    parallel.replicate(jax.random.PRNGKey(0), num_devices),
+                    sentences, most_in_a_row)
+
+
+def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
+                repeats: int, min_steps: int = 1, peak_n: int = 2048, accum: int = 1,
+                segment_mean: float | None = None) -> dict[str, Any]:
+  """Steps/s and tokens/s of the trainer's own train step (`prepare_train`), compiled by its
+  first call."""
+  return time_train(prepare_train(cfg, workload, num_devices, batch, length, accum,
+                                  segment_mean), repeats, min_steps, peak_n)
+
+
+def time_train(bench: TrainBench, repeats: int, min_steps: int = 1, peak_n: int = 2048,
+               program: Any = None, compile_seconds: float | None = None) -> dict[str, Any]:
+  """Times `bench`'s step: with `program` (its step compiled ahead, in `compile_seconds`),
+  else the pmapped step, whose first call compiles it."""
+  import jax
+  step = program or bench.p_train
+  state, arrays, rngs = bench.state, bench.arrays, bench.rngs
   start = time.perf_counter()
-  state, metrics = p_train(state, batch_arrays, rngs)
+  state, metrics = step(state, arrays, rngs)
   jax.block_until_ready(metrics)
-  compile_s = time.perf_counter() - start
+  first_call_s = time.perf_counter() - start
   # One untimed step: the second call sees the trainer's own output state (its
   # first input came from `replicate`) and may specialise once more.
   start = time.perf_counter()
-  state, metrics = p_train(state, batch_arrays, rngs)
+  state, metrics = step(state, arrays, rngs)
   jax.block_until_ready(metrics)
   steps_per_rep = max(min_steps, min(3, int(10.0 / (time.perf_counter() - start))))
   times, peaks = [], []
   for _ in range(repeats):
     # The peak is re-measured beside every repetition: on a shared machine both
     # drift together, so their ratio (matmul_peak_fraction) is steadier than either.
-    peaks.append(matmul_peak(cfg.model.dtype, n=peak_n, repeats=3))
+    peaks.append(matmul_peak(bench.cfg.model.dtype, n=peak_n, repeats=3))
     start = time.perf_counter()
     for _ in range(steps_per_rep):
-      state, metrics = p_train(state, batch_arrays, rngs)
+      state, metrics = step(state, arrays, rngs)
     jax.block_until_ready(metrics)
     times.append((time.perf_counter() - start) / steps_per_rep)
   t = statistics.median(times)
@@ -161,7 +202,7 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   calls = max(3, steps_per_rep)
   cpu0, wall0 = time.thread_time(), time.perf_counter()
   for _ in range(calls):
-    state, metrics = p_train(state, batch_arrays, rngs)
+    state, metrics = step(state, arrays, rngs)
   cpu1, wall1 = time.thread_time(), time.perf_counter()
   jax.block_until_ready(metrics)
   cpu2, wall2 = time.thread_time(), time.perf_counter()
@@ -170,17 +211,21 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
               "final_wait_cpu_ms": round(1e3 * (cpu2 - cpu1), 3),
               "final_wait_wall_ms": round(1e3 * (wall2 - wall1), 3)}
   peak = statistics.median(peaks)
-  m = cfg.model
+  m = bench.cfg.model
+  batch, accum, length = bench.batch, bench.accum, bench.length
+  tokens = batch * length * accum
   flops = train_flops(m, batch * accum, length, length)
-  return {"what": "train", "workload": workload, "devices": num_devices, "dtype": m.dtype,
-          "batch": batch, "accum": accum, "length": length, "sentences": sentences,
-          "most_sentences_in_a_row": most_in_a_row,
+  ahead = {} if program is None else {"compiled_ahead": True,
+                                      "first_call_seconds": round(first_call_s, 2)}
+  return {"what": "train", "workload": bench.workload, "devices": bench.num_devices,
+          "dtype": m.dtype, "batch": batch, "accum": accum, "length": length,
+          "sentences": bench.sentences, "most_sentences_in_a_row": bench.most_in_a_row,
           "steps_per_sec": round(1 / t, 4), "target_tokens_per_sec": round(tokens / t, 1),
-          "compile_seconds": round(compile_s, 2), "flops_per_step": flops,
+          "compile_seconds": round(first_call_s if compile_seconds is None
+                                   else compile_seconds, 2), **ahead,
+          "flops_per_step": flops,
           "achieved_flops_per_sec": int(flops / t), "peak_flops_per_sec": int(peak),
           "matmul_peak_fraction": round(statistics.median(flops / ti / pi for ti, pi in zip(times, peaks)), 4),
           "loss": round(float(metrics["loss"][0]), 4),
           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
           **dispatch}
-
-

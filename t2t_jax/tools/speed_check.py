@@ -8,8 +8,9 @@ What it measures, in this order (about 7 minutes on one H100 or H200):
   2. in one JAX process: the bf16 matmul peak (8192^3, random data, warmed up, median),
      the bare train step of the trainer's shape (so loop_over_step = trainer / bare), base
      and big training at 25,600 target tokens per update (800 sentences x 32 tokens) in the
-     micro-batches the trainer would choose, and beam-4 decoding of base (256 sentences of
-     32 tokens, outputs forced to input + 50);
+     micro-batches the trainer would choose (both steps compiled at once before either is
+     timed, as the trainer compiles its steps before step 1), and beam-4 decoding of base
+     (256 sentences of 32 tokens, outputs forced to input + 50);
   3. the peers (Hugging Face MarianMTModel, PyTorch), each in its own process: training of
      base and big on the same shapes, eager then `--compile`, and `generate(num_beams=4)`.
 
@@ -94,10 +95,10 @@ def _workload(name: str, quick: bool) -> dict[str, Any]:
           **((QUICK if name == "base" else QUICK_BIG) if quick else {})}
 
 
-def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int) -> dict[str, Any]:
+def _train_bench(name: str, quick: bool, sets: dict[str, Any], n: int):
   """Our train step at the paper's update in the micro-batches the trainer would choose
-  (`sets["share_of"] = k`: one GPU's share of the update on k GPUs)."""
-  from t2t_jax import input_pipeline, model
+  (`sets["share_of"] = k`: one GPU's share of the update on k GPUs), made ready to time."""
+  from t2t_jax import input_pipeline
   from t2t_jax.tools import bench_step
   from t2t_jax.config import override
   rows, length = (QUICK_ROWS, QUICK_LENGTH) if quick else (ROWS, LENGTH)
@@ -112,15 +113,63 @@ def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int) -> dict[st
   micro = input_pipeline.micro_batch_tokens(cfg, n)
   accum = input_pipeline.accumulation_steps(cfg, n, micro)
   per_micro = -(-rows // (accum * n)) * n  # rows of one micro-batch over all devices
-  r = bench_step.bench_train(cfg, name, n, per_micro, length, repeats=3, min_steps=10,
-                             peak_n=1024 if quick else 8192, accum=accum,
-                             segment_mean=segment_mean)
+  return bench_step.prepare_train(cfg, name, n, per_micro, length, accum=accum,
+                                  segment_mean=segment_mean), micro
+
+
+def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int,
+                ahead: tuple[Any, ...] | None = None) -> dict[str, Any]:
+  """One train case timed: `ahead` is what `_compile_cases` made of it (its bench, micro-batch,
+  program and compile seconds, or the error it met), else it is made and compiled here."""
+  from t2t_jax import model
+  from t2t_jax.tools import bench_step
+  if ahead and isinstance(ahead[0], BaseException):
+    raise ahead[0]
+  bench, micro, program, seconds = ahead or (*_train_bench(name, quick, sets, n), None, None)
+  r = bench_step.time_train(bench, repeats=3, min_steps=10, peak_n=1024 if quick else 8192,
+                            program=program, compile_seconds=seconds)
   r.update(micro_batch_tokens_auto=micro, sets=sets,
-           params=model.count_params(model.abstract_params(cfg.model)))
+           params=model.count_params(model.abstract_params(bench.cfg.model)))
   memory = _peak_memory()
   if memory:
     r["device_peak_bytes_in_use"] = memory
   return r
+
+
+def _compile_cases(cases: list[tuple[str, dict[str, Any]]], quick: bool, n: int,
+                   made: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
+  """Every train case's step compiled before any is timed, all at once (XLA compiles each in
+  threads of its own, as the trainer's steps before step 1): ~40 s a base step on an H200,
+  one after the other, was most of a case's time. Fills `made` by case key; a case that fails
+  here keeps its error, to be reported under its own key."""
+  from t2t_jax import parallel
+
+  def timed(bench):
+    t0 = time.time()
+    try:
+      return bench.compile(), round(time.time() - t0, 2)
+    except Exception as e:  # this case's failure, not the others'
+      return e, None
+  benches = {}
+  for name, sets in cases:
+    key = _case_key(name, sets)
+    try:
+      benches[key] = _train_bench(name, quick, sets, n)
+    except Exception as e:
+      made[key] = (e,)
+  t0 = time.time()
+  workers = min(os.cpu_count() or 1, len(benches))
+  compiled = parallel.compile_all({k: (lambda b=b: timed(b[0])) for k, b in benches.items()},
+                                  workers)
+  for key, (program, seconds) in compiled.items():
+    made[key] = (program,) if seconds is None else (*benches[key], program, seconds)
+  return {"programs": sum(seconds is not None for _, seconds in compiled.values()),
+          "workers": workers, "seconds": round(time.time() - t0, 1),
+          "failed": sorted(k for k, v in made.items() if isinstance(v[0], BaseException))}
+
+
+def _case_key(name: str, sets: dict[str, Any]) -> str:
+  return f"train {name} {json.dumps(sets, sort_keys=True)}"
 
 
 def _peak_memory() -> int | None:
@@ -158,9 +207,12 @@ def jax_part(spec: dict[str, Any]) -> None:
       out_dtype="bfloat16"))
   if spec.get("packed_agreement"):  # before the timings: a wrong kernel is found first
     emit("packed_layout_agreement", lambda: packed_layout_agreement(quick))
+  made: dict[str, tuple[Any, ...]] = {}
+  if spec.get("compile_ahead"):
+    emit("compile_ahead", lambda: _compile_cases(spec["train"], quick, n, made))
   for name, sets in spec["train"]:
-    emit(f"train {name} {json.dumps(sets, sort_keys=True)}",
-         lambda: _train_case(name, quick, sets, n))
+    key = _case_key(name, sets)
+    emit(key, lambda: _train_case(name, quick, sets, n, made.pop(key, None)))
   if spec.get("bare_step"):
     emit("bare_step", lambda: _bare_step(spec["bare_step"], quick, n))
   if spec.get("decode"):
@@ -520,7 +572,8 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
                                          real_run_sets))
     shutil.rmtree(root, ignore_errors=True)
   elif packed_attention:
-    spec = {"quick": quick, "train": packed_attention_cases(quick), "packed_agreement": True}
+    spec = {"quick": quick, "train": packed_attention_cases(quick), "packed_agreement": True,
+            "compile_ahead": True}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env,
                               min(420.0, max(60.0, deadline - time.time())), log)
     report.section("jax", lambda: _collect(lines, error))
@@ -542,6 +595,7 @@ def run(quick: bool, out: str, levers: bool = False, peers: str | None = None,
   else:
     trainer = report.section("trainer", lambda: _trainer_run(quick, log_dir, log))
     spec = {"quick": quick, "train": [("base", {}), ("big", {})], "decode": True,
+            "compile_ahead": True,
             "bare_step": trainer and trainer["sets"]}
     lines, error = _run_lines(child + ["--spec", json.dumps(spec)], env,
                               min(330.0, max(60.0, deadline - time.time())), log)
