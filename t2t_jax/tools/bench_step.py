@@ -100,9 +100,10 @@ def packed_rows(rng: Any, rows: int, length: int, mean: float, vocab_size: int
 
 @dataclasses.dataclass
 class TrainBench:
-  """One train-step measurement made ready: the trainer's pmapped step, its state and a batch
-  on the devices. `compile()` builds its program ahead, so that several cases can be compiled
-  at once (as the trainer does before its first step) and then timed one at a time."""
+  """One train-step measurement made ready: the trainer's pmapped step and a batch on the
+  devices. `compile()` builds its program ahead from the state's shapes alone, so that several
+  cases can be compiled at once (as the trainer does before its first step) and then timed
+  one at a time, each holding device memory only while it is timed."""
   cfg: Any
   workload: str
   num_devices: int
@@ -110,14 +111,23 @@ class TrainBench:
   length: int
   accum: int
   p_train: Any
-  state: Any
+  optimizer: Any
   arrays: Any
   rngs: Any
   sentences: int
   most_in_a_row: int
 
+  def new_state(self) -> Any:
+    from t2t_jax import parallel, train
+    return parallel.replicate(train.init_state(self.cfg, self.optimizer), self.num_devices)
+
   def compile(self) -> Any:
-    return self.p_train.lower(self.state, self.arrays, self.rngs).compile()
+    import jax
+    from t2t_jax import train
+    shapes = jax.eval_shape(lambda: train.init_state(self.cfg, self.optimizer))
+    state = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct((self.num_devices, *x.shape), x.dtype), shapes)
+    return self.p_train.lower(state, self.arrays, self.rngs).compile()
 
 
 def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
@@ -136,7 +146,6 @@ def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
   optimizer = optim.make_optimizer(cfg)
   devices = jax.local_devices()[:num_devices]
   p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
-  state = parallel.replicate(train.init_state(cfg, optimizer), num_devices)
   rng = np.random.default_rng(0)
   shape = (num_devices, accum, batch // num_devices, length)
   arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
@@ -153,7 +162,7 @@ def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
     # A batch with a row of more than model.max_segments sentences runs the bias layout
     # even where the packed layout is asked for: read this against that bound.
     sentences, most_in_a_row = int(per_row.sum()), int(per_row.max())
-  return TrainBench(cfg, workload, num_devices, batch, length, accum, p_train, state,
+  return TrainBench(cfg, workload, num_devices, batch, length, accum, p_train, optimizer,
                     parallel.shard(arrays, num_devices),
                     parallel.replicate(jax.random.PRNGKey(0), num_devices),
                     sentences, most_in_a_row)
@@ -174,7 +183,7 @@ def time_train(bench: TrainBench, repeats: int, min_steps: int = 1, peak_n: int 
   else the pmapped step, whose first call compiles it."""
   import jax
   step = program or bench.p_train
-  state, arrays, rngs = bench.state, bench.arrays, bench.rngs
+  state, arrays, rngs = bench.new_state(), bench.arrays, bench.rngs
   start = time.perf_counter()
   state, metrics = step(state, arrays, rngs)
   jax.block_until_ready(metrics)
