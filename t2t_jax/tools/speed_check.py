@@ -118,13 +118,13 @@ def _train_bench(name: str, quick: bool, sets: dict[str, Any], n: int):
 
 
 def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int,
-                ahead: tuple[Any, ...] | None = None) -> dict[str, Any]:
+                ahead: tuple[Any, ...] | BaseException | None = None) -> dict[str, Any]:
   """One train case timed: `ahead` is what `_compile_cases` made of it (its bench, micro-batch,
   program and compile seconds, or the error it met), else it is made and compiled here."""
   from t2t_jax import model
   from t2t_jax.tools import bench_step
-  if ahead and isinstance(ahead[0], BaseException):
-    raise ahead[0]
+  if isinstance(ahead, BaseException):
+    raise ahead
   bench, micro, program, seconds = ahead or (*_train_bench(name, quick, sets, n), None, None)
   r = bench_step.time_train(bench, repeats=3, min_steps=10, peak_n=1024 if quick else 8192,
                             program=program, compile_seconds=seconds)
@@ -137,7 +137,7 @@ def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int,
 
 
 def _compile_cases(cases: list[tuple[str, dict[str, Any]]], quick: bool, n: int,
-                   made: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
+                   made: dict[str, tuple[Any, ...] | BaseException]) -> dict[str, Any]:
   """Every train case's step compiled before any is timed, all at once (XLA compiles each in
   threads of its own, as the trainer's steps before step 1): ~40 s a base step on an H200,
   one after the other, was most of a case's time. Fills `made` by case key; a case that fails
@@ -156,16 +156,16 @@ def _compile_cases(cases: list[tuple[str, dict[str, Any]]], quick: bool, n: int,
     try:
       benches[key] = _train_bench(name, quick, sets, n)
     except Exception as e:
-      made[key] = (e,)
+      made[key] = e
   t0 = time.time()
   workers = min(os.cpu_count() or 1, len(benches))
   compiled = parallel.compile_all({k: (lambda b=b: timed(b[0])) for k, b in benches.items()},
                                   workers)
   for key, (program, seconds) in compiled.items():
-    made[key] = (program,) if seconds is None else (*benches[key], program, seconds)
+    made[key] = program if seconds is None else (*benches[key], program, seconds)
   return {"programs": sum(seconds is not None for _, seconds in compiled.values()),
           "workers": workers, "seconds": round(time.time() - t0, 1),
-          "failed": sorted(k for k, v in made.items() if isinstance(v[0], BaseException))}
+          "failed": sorted(k for k, v in made.items() if isinstance(v, BaseException))}
 
 
 def _case_key(name: str, sets: dict[str, Any]) -> str:
@@ -207,7 +207,7 @@ def jax_part(spec: dict[str, Any]) -> None:
       out_dtype="bfloat16"))
   if spec.get("packed_agreement"):  # before the timings: a wrong kernel is found first
     emit("packed_layout_agreement", lambda: packed_layout_agreement(quick))
-  made: dict[str, tuple[Any, ...]] = {}
+  made: dict[str, tuple[Any, ...] | BaseException] = {}
   if spec.get("compile_ahead"):
     emit("compile_ahead", lambda: _compile_cases(spec["train"], quick, n, made))
   for name, sets in spec["train"]:
