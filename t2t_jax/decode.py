@@ -344,6 +344,7 @@ class BeamDecoder:
     # Programs compiled ahead (`compile_ahead`), by part and the shapes of its arguments
     # other than the parameters; a shape not among them runs the pmapped function.
     self._programs: dict[tuple[str, Any], Any] = {}
+    self._ahead_tokens = 0  # source tokens per device of the largest batch compiled ahead
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch or backend.decode_batch_tokens(
         decode_cfg.batch_tokens)
@@ -440,7 +441,17 @@ class BeamDecoder:
           state = jax.eval_shape(lambda st, n=grown: self._grow(st, n), state)
     jobs = {key: job for key, job in jobs.items() if key not in self._programs}
     self._programs.update(parallel.compile_all(jobs, workers))
+    self._ahead_tokens = max([self._ahead_tokens] + [rows * width for (_, rows, width) in
+                                                     {b.shape for _, b in self._batches(sources)}])
     return len(jobs)
+
+  def planned_bytes(self) -> tuple[int, int] | None:
+    """The largest device plan (`parallel.planned_bytes`) of the programs compiled ahead, and
+    the source tokens (rows x width) per device of the largest batch they search; None when
+    nothing was compiled ahead or the backend gives no analysis."""
+    plans = [parallel.planned_bytes(p) for p in self._programs.values()]
+    plans = [p for p in plans if p is not None]
+    return (max(plans), self._ahead_tokens) if plans else None
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:
     out, truncated = [], 0

@@ -134,6 +134,21 @@ def compile_all(jobs: dict[Any, Callable[[], Any]], workers: int) -> dict[Any, A
     return dict(zip(jobs, pool.map(lambda job: job(), jobs.values())))
 
 
+def planned_bytes(compiled: Any) -> int | None:
+  """Device bytes a compiled program holds while it runs, by XLA's buffer assignment: its
+  arguments, its outputs that reuse no donated argument, and its temporaries (one block on
+  a GPU). Per device for a pmapped program. A program whose plan exceeds what XLA may
+  allocate cannot run; None where the backend gives no analysis."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # not every backend (or program kind) implements it
+    return None
+  if m is None:
+    return None
+  return int(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+             + m.temp_size_in_bytes)
+
+
 T = TypeVar("T")
 # Each `process_zero_first` of a job announces under a key of its own.
 _ANNOUNCEMENTS = itertools.count()

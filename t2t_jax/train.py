@@ -14,6 +14,7 @@ of (seed, step), so a checkpoint only needs the train state and its step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -366,6 +367,25 @@ class StepPrograms:
       (self.train if step == "train" else self.eval)[shape] = program
     return len(jobs)
 
+  def memory_plans(self, state: TrainState, setting: int | str, held: int = 0
+                   ) -> list[MemoryPlan]:
+    """The device memory of each step compiled ahead (`check_device_memory`). The train
+    step takes the whole state; the eval step its parameters, while the optimiser state
+    stays on the device; `held` bytes more stay there throughout (the dev BLEU's copy of
+    the parameters). Their batches are sized by `train.max_tokens_per_batch`."""
+    state_bytes, params_bytes = replica_bytes(state), replica_bytes(state.params)
+    plans = []
+    for kind, programs, besides in (("train", self.train, held),
+                                    ("eval", self.eval, held + state_bytes - params_bytes)):
+      for (inputs, targets), program in programs.items():
+        planned = parallel.planned_bytes(program)
+        if planned is not None:  # targets [devices, (accumulation,) rows, length]
+          plans.append(MemoryPlan(
+              f"the {kind} step of inputs {'x'.join(map(str, inputs))} and targets "
+              f"{'x'.join(map(str, targets))}", planned + besides, state_bytes + held,
+              targets[-2] * targets[-1], "train.max_tokens_per_batch", setting))
+    return plans
+
   def train_step(self, state: TrainState, batch: dict[str, jax.Array], run_key: jax.Array,
                  factor: jax.Array):
     program = self.train.get(batch_shapes(batch), self.p_train)
@@ -373,6 +393,54 @@ class StepPrograms:
 
   def eval_step(self, params: Any, batch: dict[str, jax.Array]):
     return self.eval.get(batch_shapes(batch), self.p_eval)(params, batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+  """A program compiled ahead and the device memory it needs while it runs: XLA's plan of
+  its own buffers plus the trainer's state it does not take as an argument."""
+  what: str      # e.g. "the train step of inputs 1x1x192x136 and targets 1x1x192x128"
+  bytes: int     # per device
+  fixed: int     # of which the part its batches do not size (parameters, optimiser state)
+  tokens: int    # tokens per device of its batch
+  setting: str   # the setting that bounds them
+  now: int | str  # that setting's value
+
+
+def replica_bytes(tree: Any) -> int:
+  """Bytes of one device's copy of a tree replicated over the local devices (leading axis)."""
+  return sum(x.nbytes // x.shape[0] for x in jax.tree_util.tree_leaves(tree))
+
+
+def size_text(n: float) -> str:
+  return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def check_device_memory(plans: list[MemoryPlan], limit: int) -> str | None:
+  """The line naming the program that plans the most device memory, of the `limit` bytes XLA
+  may allocate on each device (None with no plans). A program planned above `limit` cannot
+  run: a UserError before step 1 names the setting to lower, where a GPU would otherwise
+  stop with out of memory at the program's first call, for the dev loss or BLEU perhaps
+  hours into the run. The value it suggests scales the batch-sized part of the plan
+  linearly, to the share of memory the automatic micro-batch fills."""
+  if not plans:
+    return None
+  over = [p for p in plans if p.bytes > limit]
+  if over:
+    p = max(over, key=lambda p: p.bytes)
+    head = (f"{p.what} needs {size_text(p.bytes)} of device memory by XLA's plan, more than "
+            f"the {size_text(limit)} XLA may allocate on each device")
+    room = backend.MICRO_BATCH_MEMORY_FRACTION * limit - p.fixed
+    fit = (int(p.tokens * room / max(p.bytes - p.fixed, 1))
+           // backend.MICRO_BATCH_MULTIPLE * backend.MICRO_BATCH_MULTIPLE)
+    if fit < backend.MICRO_BATCH_MULTIPLE:
+      raise UserError(f"{head}; the parameters and optimiser state take {size_text(p.fixed)} "
+                      f"of it, so smaller batches would not fit either: this model needs a "
+                      f"device with more memory")
+    raise UserError(f"{head}; set --set {p.setting}={fit} (now {p.now}) or lower")
+  top = max(plans, key=lambda p: p.bytes)
+  return (f"device memory: {top.what} plans the most, {size_text(top.bytes)} of the "
+          f"{size_text(limit)} XLA may allocate on each device")
 
 
 def batch_shapes(batch: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -579,6 +647,20 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                                         workers)
       return compiled + (searches.result() if searches else 0)
 
+  def memory_plans() -> list[MemoryPlan]:
+    """Every program compiled ahead, the dev BLEU's search among them: its decoder keeps a
+    copy of the parameters on the devices throughout, and decodes beside the trainer's
+    state in batches of `decode.batch_tokens`."""
+    copy = replica_bytes(dev_bleu.decoder.params) if dev_bleu else 0
+    plans = programs.memory_plans(state, t.max_tokens_per_batch, held=copy)
+    searched = dev_bleu.decoder.planned_bytes() if dev_bleu else None
+    if searched is not None:  # its plan takes the copy as an argument
+      (planned, tokens), state_bytes = searched, replica_bytes(state)
+      plans.append(MemoryPlan("the dev BLEU's search", planned + state_bytes,
+                              state_bytes + copy, tokens, "decode.batch_tokens",
+                              cfg.decode.batch_tokens))
+    return plans
+
   def dev_loss(step: int) -> dict[str, float]:
     nonlocal evals_done
     compiled = compiles.count
@@ -624,6 +706,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
         stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
         print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
               f"{time.time() - compile_start:.1f}s", flush=True)
+        limit = backend.device_memory_bytes()  # None on CPU: host memory is not XLA's
+        if limit is not None:
+          line = check_device_memory(memory_plans(), limit)
+          if line:
+            print(line, flush=True)
       for step in range(start_step + 1, t.steps + 1):
         if budget_spent:
           break

@@ -17,6 +17,7 @@ import pytest
 
 from t2t_jax import bookkeeping, checkpoints, model, optim, parallel, registry, train
 from t2t_jax.config import override
+from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
 from helpers import FAST_DATA, REPO, TINY_MODEL, main_command, tiny_cfg
@@ -1244,3 +1245,51 @@ def test_seconds_since_launch_counts_from_the_process_start():
                      cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
   age = float(r.stdout.split()[-1])
   assert 1.0 <= age <= time.time() - start + 0.5, (age, r.stdout, r.stderr)
+
+
+def test_a_program_planned_above_device_memory_is_an_error_naming_the_setting_to_lower():
+  """Hand-computed: a train step planned at 12 GB, 2 GB of it the state, on a device of 10 GB
+  with micro-batches of 8,192 tokens: 8,192 x (0.8 x 10 - 2) / (12 - 2) = 4,915 tokens fit
+  the automatic micro-batch's share, 4,096 in whole multiples of 1,024."""
+  gb = 10 ** 9
+  plan = lambda what, total, fixed, setting="train.max_tokens_per_batch", tokens=8192: \
+      train.MemoryPlan(what, total * gb, fixed * gb, tokens, setting, "auto")
+  fits = [plan("the train step", 9, 2), plan("the eval step", 3, 2)]
+  assert train.check_device_memory(fits, 10 * gb) == (
+      "device memory: the train step plans the most, 9.00 GB of the 10.00 GB XLA may "
+      "allocate on each device")
+  with pytest.raises(UserError, match=r"the train step needs 12.00 GB .* more than the 10.00 "
+                                      r"GB .*; set --set train.max_tokens_per_batch=4096 "
+                                      r"\(now auto\) or lower"):
+    train.check_device_memory(fits + [plan("the train step", 12, 2)], 10 * gb)
+  # The search: 1 x (0.8 x 10 - 5) / (11 - 5) x 32,768 = 16,384.
+  with pytest.raises(UserError, match=r"search needs 11.00 GB .* decode.batch_tokens=16384 "):
+    train.check_device_memory([plan("the search", 11, 5, "decode.batch_tokens", 32768)],
+                              10 * gb)
+  with pytest.raises(UserError, match="state take 9.00 GB of it, so smaller batches would not"):
+    train.check_device_memory([plan("the train step", 12, 9)], 10 * gb)
+  assert train.check_device_memory([], 10 * gb) is None
+
+
+def test_a_device_too_small_for_the_model_stops_the_run_before_its_first_step(
+    tmp_path, monkeypatch, capsys):
+  """A device whose memory the parameters and two Adam moments alone fill (3 float32 copies
+  of every parameter) cannot run the train step: the trainer says so after compiling, with
+  no step taken and no checkpoint written. A device with room trains, and names its largest
+  program's memory (XLA:CPU reports no device memory, hence the stand-in)."""
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 2, "train.final_eval": False, "train.bleu_every_steps": 2,
+      "train.bleu_sentences": 4})
+  state_bytes = 3 * 4 * model.count_params(model.abstract_params(cfg.model))
+  monkeypatch.setattr(train.backend, "device_memory_bytes", lambda: state_bytes)
+  with pytest.raises(UserError, match="so smaller batches would not fit either"):
+    train.train_and_evaluate(cfg, str(tmp_path / "small"))
+  out = capsys.readouterr().out
+  assert "compiled" in out and "| loss" not in out
+  assert not (tmp_path / "small" / "checkpoints").exists() or \
+      not any((tmp_path / "small" / "checkpoints").iterdir())
+  monkeypatch.setattr(train.backend, "device_memory_bytes", lambda: 100 * state_bytes)
+  train.train_and_evaluate(cfg, str(tmp_path / "roomy"))
+  out = capsys.readouterr().out
+  assert "plans the most" in out and "XLA may allocate on each device" in out
+  assert (tmp_path / "roomy" / "checkpoints" / "2").exists()
