@@ -436,6 +436,12 @@ class LoopStats:
   loop_cpu_sec: float = 0.0
   compiles_after_warmup: int = 0
   compiled_ahead: int = 0  # programs compiled before the first step (train.StepPrograms)
+  # Start-up, for the record: seconds from the process's launch to the compilation before
+  # step 1, that compilation's wall time, and the largest device memory plan among its
+  # programs (train.check_device_memory; GPU and TPU only).
+  launch_to_compiling_sec: float | None = None
+  compile_ahead_sec: float | None = None
+  largest_plan_bytes: int | None = None
   _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
 
   def window(self, wall_sec: float, batches: parallel.Prefetcher, compiles: "CompileCounter"
@@ -450,6 +456,10 @@ class LoopStats:
            "compiles": compiles.count, "compiled_ahead": self.compiled_ahead,
            "compile_seconds": round(compiles.seconds, 3),
            "compiles_after_warmup": self.compiles_after_warmup}
+    out.update({k: v for k, v in (("launch_to_compiling_sec", self.launch_to_compiling_sec),
+                                  ("compile_ahead_sec", self.compile_ahead_sec),
+                                  ("largest_plan_bytes", self.largest_plan_bytes))
+                if v is not None})
     self.steps, self.loop_cpu_sec = 0, 0.0
     self._input_before = (batches.cpu_sec, batches.wait_sec)
     return out

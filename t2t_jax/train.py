@@ -633,6 +633,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       eval_shapes = []  # no dev split: the evaluation says so when it comes
     workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
     age = bookkeeping.seconds_since_launch()
+    stats.launch_to_compiling_sec = None if age is None else round(age, 1)
     print((f"{age:.1f}s after launch: " if age is not None else "") +
           f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
           f"step for {len(eval_shapes)}, {workers} at a time"
@@ -704,12 +705,15 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       if start_step < t.steps and not budget_spent and jax.process_count() == 1:
         compile_start = time.time()
         stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
+        stats.compile_ahead_sec = round(time.time() - compile_start, 3)
         print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
-              f"{time.time() - compile_start:.1f}s", flush=True)
+              f"{stats.compile_ahead_sec:.1f}s", flush=True)
         limit = backend.device_memory_bytes()  # None on CPU: host memory is not XLA's
         if limit is not None:
-          line = check_device_memory(memory_plans(), limit)
+          plans = memory_plans()
+          line = check_device_memory(plans, limit)
           if line:
+            stats.largest_plan_bytes = max(p.bytes for p in plans)
             print(line, flush=True)
       for step in range(start_step + 1, t.steps + 1):
         if budget_spent:

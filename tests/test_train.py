@@ -1229,6 +1229,11 @@ def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop
   assert logged[-1]["compiles_after_warmup"] == 0
   assert logged[-1]["compile_seconds"] > 0
   assert f"({ahead} before the first step)" in out
+  # The start-up, for the record: the compilation's wall time (within the training time,
+  # whose clock starts before it) and when it began after the process's launch.
+  assert 0 < logged[-1]["compile_ahead_sec"] <= logged[-1]["elapsed_sec"]
+  assert logged[-1]["launch_to_compiling_sec"] > 0
+  assert "largest_plan_bytes" not in logged[-1]  # XLA:CPU reports no device memory
   # A finished run, started again, runs no step: it compiles nothing ahead.
   train.train_and_evaluate(cfg, str(tmp_path))
   out = capsys.readouterr().out
@@ -1293,3 +1298,6 @@ def test_a_device_too_small_for_the_model_stops_the_run_before_its_first_step(
   out = capsys.readouterr().out
   assert "plans the most" in out and "XLA may allocate on each device" in out
   assert (tmp_path / "roomy" / "checkpoints" / "2").exists()
+  # The train step takes the whole state: the largest plan holds at least its three copies.
+  rows = [json.loads(l) for l in (tmp_path / "roomy" / "metrics.jsonl").read_text().splitlines()]
+  assert rows[-1]["largest_plan_bytes"] > state_bytes

@@ -493,7 +493,11 @@ def _real_run(quick: bool, corpus: str, root: str, log: str, packing: bool,
   found = {"packing": packing, "sets": sets, "user_sets": list(extra),
            "steps": last.get("step", 0),
            "compiles": last.get("compiles"), "compiled_ahead": last.get("compiled_ahead"),
-           "compile_seconds": last.get("compile_seconds"), "seconds": round(ended - launched, 1)}
+           "compile_seconds": last.get("compile_seconds"), "seconds": round(ended - launched, 1),
+           # Where the start-up goes: launch to compiling, the compilation's wall time, and
+           # the largest device memory plan (train.check_device_memory).
+           **{k: last[k] for k in ("launch_to_compiling_sec", "compile_ahead_sec",
+                                   "largest_plan_bytes") if k in last}}
   if len(rows) < 3:  # a finding, not a failure: the budget ended before a steady rate
     return {**found, "steady_target_tokens_per_sec": None, "note": f"{len(rows)} log line(s) "
             f"in {sets['train.max_train_minutes']} min: no steady rate"}
