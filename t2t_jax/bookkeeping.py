@@ -94,6 +94,30 @@ def seconds_since_launch() -> float | None:
     return None
 
 
+class StartUp:
+  """Seconds since the process's launch at the end of each stage of a run's start-up
+  (Linux; nothing elsewhere), for the compile line and metrics.jsonl: on an H200 45 s went
+  before the first compilation, and nothing said where."""
+
+  def __init__(self):
+    self.ends: dict[str, float] = {}
+
+  def mark(self, stage: str) -> None:
+    age = seconds_since_launch()
+    if age is not None:
+      self.ends[stage] = age
+
+  def seconds(self) -> dict[str, float]:
+    """Each stage's own seconds, in order."""
+    out, before = {}, 0.0
+    for stage, end in self.ends.items():
+      out[stage], before = round(end - before, 1), end
+    return out
+
+  def text(self) -> str:
+    return ", ".join(f"{stage} {sec:.1f}" for stage, sec in self.seconds().items())
+
+
 def fmt_time(seconds: float) -> str:
   seconds = int(seconds)
   h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
@@ -440,6 +464,7 @@ class LoopStats:
   # step 1, that compilation's wall time, and the largest device memory plan among its
   # programs (train.check_device_memory; GPU and TPU only).
   launch_to_compiling_sec: float | None = None
+  startup_sec: dict[str, float] | None = None  # its stages (StartUp.seconds)
   compile_ahead_sec: float | None = None
   largest_plan_bytes: int | None = None
   _input_before: tuple[float, float] = (0.0, 0.0)  # the prefetcher's totals at the last window
@@ -457,6 +482,7 @@ class LoopStats:
            "compile_seconds": round(compiles.seconds, 3),
            "compiles_after_warmup": self.compiles_after_warmup}
     out.update({k: v for k, v in (("launch_to_compiling_sec", self.launch_to_compiling_sec),
+                                  ("startup_sec", self.startup_sec),
                                   ("compile_ahead_sec", self.compile_ahead_sec),
                                   ("largest_plan_bytes", self.largest_plan_bytes))
                 if v is not None})

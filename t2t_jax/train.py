@@ -491,6 +491,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   and whether training is finished (all steps done, or the time budget spent).
   """
   t = cfg.train
+  startup = bookkeeping.StartUp()
+  startup.mark("set-up")  # imports, flags, the backend
   if t.init_from:  # before any data preparation: a wrong source is a one-line error at once
     bookkeeping.check_init_from(cfg)
   bookkeeping.check_workdir(cfg, workdir)
@@ -512,6 +514,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     input_pipeline.record_vocab(workdir, ds.directory, replace=fresh)
   else:
     input_pipeline.check_vocab([workdir], ds.directory)
+  startup.mark("data")
   optimizer = optim.make_optimizer(cfg)
   state = init_state(cfg, optimizer)
   n_params = model.count_params(state.params)
@@ -531,6 +534,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   elif t.init_from:
     bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
     state = initial_state(cfg, optimizer)
+  startup.mark("state")  # parameters and optimiser state, made or restored
   print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
         f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
         f"step(s) of up to {ds.micro_batch_tokens:,d} tokens per device"
@@ -632,9 +636,11 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     except DataError:
       eval_shapes = []  # no dev split: the evaluation says so when it comes
     workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
+    startup.mark("the rest")  # placing the state, the dev BLEU's decoder, the shapes
     age = bookkeeping.seconds_since_launch()
     stats.launch_to_compiling_sec = None if age is None else round(age, 1)
-    print((f"{age:.1f}s after launch: " if age is not None else "") +
+    stats.startup_sec = startup.seconds() or None
+    print((f"{age:.1f}s after launch ({startup.text()}): " if age is not None else "") +
           f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
           f"step for {len(eval_shapes)}, {workers} at a time"
           + (", and beside them the dev BLEU search" if dev_bleu else ""), flush=True)

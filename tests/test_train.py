@@ -1233,6 +1233,12 @@ def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop
   # whose clock starts before it) and when it began after the process's launch.
   assert 0 < logged[-1]["compile_ahead_sec"] <= logged[-1]["elapsed_sec"]
   assert logged[-1]["launch_to_compiling_sec"] > 0
+  # Its stages, in order, add up to it (each rounded to 0.1 s).
+  stages = logged[-1]["startup_sec"]
+  assert list(stages) == ["set-up", "data", "state", "the rest"]
+  assert min(stages.values()) >= 0
+  assert sum(stages.values()) == pytest.approx(logged[-1]["launch_to_compiling_sec"], abs=0.3)
+  assert "s after launch (set-up " in out
   assert "largest_plan_bytes" not in logged[-1]  # XLA:CPU reports no device memory
   # A finished run, started again, runs no step: it compiles nothing ahead.
   train.train_and_evaluate(cfg, str(tmp_path))

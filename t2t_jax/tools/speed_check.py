@@ -496,8 +496,8 @@ def _real_run(quick: bool, corpus: str, root: str, log: str, packing: bool,
            "compile_seconds": last.get("compile_seconds"), "seconds": round(ended - launched, 1),
            # Where the start-up goes: launch to compiling, the compilation's wall time, and
            # the largest device memory plan (train.check_device_memory).
-           **{k: last[k] for k in ("launch_to_compiling_sec", "compile_ahead_sec",
-                                   "largest_plan_bytes") if k in last}}
+           **{k: last[k] for k in ("launch_to_compiling_sec", "startup_sec",
+                                   "compile_ahead_sec", "largest_plan_bytes") if k in last}}
   if len(rows) < 3:  # a finding, not a failure: the budget ended before a steady rate
     return {**found, "steady_target_tokens_per_sec": None, "note": f"{len(rows)} log line(s) "
             f"in {sets['train.max_train_minutes']} min: no steady rate"}
