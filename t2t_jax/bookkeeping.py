@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -424,8 +425,23 @@ class StopRequest:
       signal.signal(sig, handler)
 
 
+_UNCOUNTED = threading.local()
+
+
+@contextlib.contextmanager
+def uncounted_compilations():
+  """Compilations in this thread while open are not the loop's: no CompileCounter counts
+  them (a new run's parameters, initialised while its steps compile)."""
+  _UNCOUNTED.on = True
+  try:
+    yield
+  finally:
+    _UNCOUNTED.on = False
+
+
 class CompileCounter:
-  """Counts XLA compilations in this process while open (a `with` block)."""
+  """Counts XLA compilations in this process while open (a `with` block), but for those
+  of threads in `uncounted_compilations`."""
 
   EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -435,7 +451,7 @@ class CompileCounter:
 
   def _on_event(self, event: str, duration_secs: float, **kwargs) -> None:
     del kwargs
-    if event == self.EVENT:
+    if event == self.EVENT and not getattr(_UNCOUNTED, "on", False):
       self.count += 1
       self.seconds += duration_secs
 

@@ -350,7 +350,10 @@ class BeamDecoder:
         decode_cfg.batch_tokens)
     # This process's devices (all by default): in a multi-process job one host may decode.
     self.devices = jax.local_devices()[:num_devices]
-    self.params = parallel.replicate(params, len(self.devices), local_only=True)
+    # Shapes alone compile (`compile_ahead`); values must be set before translating.
+    self.params = (parallel.replicated_shapes(params, len(self.devices), local_only=True)
+                   if parallel.is_abstract(params) else
+                   parallel.replicate(params, len(self.devices), local_only=True))
     cfgs = model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)
     pmap = functools.partial(jax.pmap, axis_name=parallel.AXIS, devices=self.devices)
     self._start = pmap(functools.partial(

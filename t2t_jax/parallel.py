@@ -93,6 +93,23 @@ def replicate(tree: Any, n_devices: int | None = None, local_only: bool = False)
   return jax.device_put(stacked, device_sharding(n))
 
 
+def replicated_shapes(tree: Any, n_devices: int | None = None, local_only: bool = False
+                      ) -> Any:
+  """What `replicate(tree)` places, as shapes alone (`jax.ShapeDtypeStruct`s with the
+  placement's sharding), for compiling programs before the values exist. `tree`'s leaves
+  may be arrays or shapes."""
+  n = _device_count(n_devices, local_only)
+  sharding = device_sharding(n)
+  return jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct((n,) + tuple(x.shape), x.dtype, sharding=sharding), tree)
+
+
+def is_abstract(tree: Any) -> bool:
+  """Whether every leaf of `tree` is a shape (`jax.ShapeDtypeStruct`), not a value."""
+  leaves = jax.tree_util.tree_leaves(tree)
+  return bool(leaves) and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+
+
 def unreplicate(tree: Any) -> Any:
   """The first local device's copy, on the host."""
   return jax.tree_util.tree_map(first, tree)

@@ -1307,3 +1307,33 @@ def test_a_device_too_small_for_the_model_stops_the_run_before_its_first_step(
   # The train step takes the whole state: the largest plan holds at least its three copies.
   rows = [json.loads(l) for l in (tmp_path / "roomy" / "metrics.jsonl").read_text().splitlines()]
   assert rows[-1]["largest_plan_bytes"] > state_bytes
+
+
+def test_a_new_runs_parameters_are_made_while_its_steps_compile(tmp_path, monkeypatch):
+  """A new run compiles its steps from the state's shapes while its parameters are made:
+  here making them cannot finish before the compilation has begun, which a trainer that
+  made them first would never reach. The programs compiled from shapes then run the
+  values (nothing compiles again), and the initialisation's own compilations are not
+  counted as the run's."""
+  import threading
+  compiling = threading.Event()
+  real_init, real_compile = train.init_state, train.StepPrograms.compile_ahead
+
+  def init_state(cfg, optimizer):
+    state = real_init(cfg, optimizer)
+    if not isinstance(state.step, jax.core.Tracer):  # not the shapes' trace: the values
+      assert compiling.wait(timeout=120), "the parameters were made before compiling began"
+    return state
+
+  def compile_ahead(self, *args, **kwargs):
+    compiling.set()
+    return real_compile(self, *args, **kwargs)
+  monkeypatch.setattr(train, "init_state", init_state)
+  monkeypatch.setattr(train.StepPrograms, "compile_ahead", compile_ahead)
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 3, "train.final_eval": False,
+                                         "train.log_every_steps": 1})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
+  assert rows[-1]["compiles"] == rows[-1]["compiled_ahead"] > 0
+  assert rows[-1]["compiles_after_warmup"] == 0
