@@ -520,7 +520,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   optimizer = optim.make_optimizer(cfg)
   # A new run makes its parameters while its steps compile, which needs their shapes alone:
   # initialising is a program of its own to compile and run (base: 16 s on a 2-core Xeon).
-  # A resumed or fine-tuned run makes them first, as the restore's or source's template.
+  # A resumed run reads them into the shapes, a fine-tuned one from its source; neither
+  # initialises.
   shapes = jax.eval_shape(functools.partial(init_state, cfg, optimizer))
   beside = fresh and not t.init_from and jax.process_count() == 1
   initialising = None
@@ -530,12 +531,15 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       with bookkeeping.uncounted_compilations():
         return parallel.replicate(init_state(cfg, optimizer), n_dev)
     initialising = concurrent.futures.ThreadPoolExecutor(1).submit(initialise)
-  state = shapes if beside else init_state(cfg, optimizer)
+  state = shapes  # until the values come: restored, from init_from, or initialised
   n_params = model.count_params(shapes.params)
   ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
                                   async_save=t.async_checkpoints)
+  on_first_device = jax.sharding.SingleDeviceSharding(devices[0])  # where init_state puts them
   try:
-    restored, error = ckpt.restore_latest(state), None
+    restored, error = ckpt.restore_latest(jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_first_device),
+        shapes)), None
   except UserError as e:  # raised below, on every process at once
     restored, error = None, str(e)
   restored = ckpt.agree(restored, error, bookkeeping.config_fingerprint(cfg))
@@ -548,6 +552,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   elif t.init_from:
     bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
     state = initial_state(cfg, optimizer)
+  if state is shapes and not beside:  # nothing restored, nor initialising beside the compiles
+    state = init_state(cfg, optimizer)
   startup.mark("state")  # parameters and optimiser state, made or restored
   print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
         f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
