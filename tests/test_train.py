@@ -1337,3 +1337,22 @@ def test_a_new_runs_parameters_are_made_while_its_steps_compile(tmp_path, monkey
   assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3]
   assert rows[-1]["compiles"] == rows[-1]["compiled_ahead"] > 0
   assert rows[-1]["compiles_after_warmup"] == 0
+
+
+def test_a_resumed_run_reads_its_state_without_initialising_one(tmp_path, monkeypatch):
+  """Resuming restores into the state's shapes: no parameters are initialised only to be
+  overwritten (base: a 16 s program on a 2-core Xeon), and the run goes on from its
+  checkpoint."""
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
+                                         "train.checkpoint_every_steps": 2})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  real_init = train.init_state
+
+  def init_state(cfg, optimizer):
+    state = real_init(cfg, optimizer)
+    assert isinstance(state.step, jax.core.Tracer), "a resumed run initialised parameters"
+    return state
+  monkeypatch.setattr(train, "init_state", init_state)
+  state, _, finished = train.train_and_evaluate(override(cfg, {"train.steps": 4}),
+                                                str(tmp_path))
+  assert finished and int(state.step) == 4
