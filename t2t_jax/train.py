@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -732,7 +733,22 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       # processes of a multi-process job compile each shape when they first meet it.
       if start_step < t.steps and not budget_spent and jax.process_count() == 1:
         compile_start = time.time()
-        stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
+        try:
+          stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
+        except Exception as e:
+          if initialising is None:
+            raise
+          # Compiled from shapes, not values: should a JAX version refuse that, the run
+          # compiles from the values instead, as it did before it made them beside.
+          print(f"warning: compiling from the state's shapes failed "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); compiling "
+                f"from its values", file=sys.stderr, flush=True)
+          state, initialising = initialising.result(), None
+          if dev_bleu:
+            dev_bleu.decoder.params = parallel.replicate(
+                parallel.unreplicate(state.params), len(dev_bleu.decoder.devices),
+                local_only=True)
+          stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
         stats.compile_ahead_sec = round(time.time() - compile_start, 3)
         print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
               f"{stats.compile_ahead_sec:.1f}s", flush=True)

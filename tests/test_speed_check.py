@@ -233,6 +233,24 @@ def test_cases_compiled_ahead_are_timed_with_their_programs_and_keep_their_error
   assert "Hopper" in parts[keys[1]]["error"]
 
 
+def test_a_case_that_cannot_compile_ahead_from_shapes_is_timed_compiling_at_its_first_call(
+    monkeypatch, capsys):
+  """Compiling ahead lowers the step from the state's shapes; should that fail where a first
+  call compiles (a JAX version, say), the case is still timed, and says why it was not
+  compiled ahead."""
+  from t2t_jax.tools import bench_step
+
+  def compile(self):
+    raise TypeError("shapes refused")
+  monkeypatch.setattr(bench_step.TrainBench, "compile", compile)
+  speed_check.jax_part({"quick": True, "train": [("base", {})], "compile_ahead": True})
+  parts = {line["part"]: line["value"] for line in map(json.loads,
+                                                       capsys.readouterr().out.splitlines())}
+  case = parts[speed_check._case_key("base", {})]
+  assert case["target_tokens_per_sec"] > 0 and not case.get("compiled_ahead")
+  assert case["compile_ahead_error"] == "TypeError: shapes refused"
+
+
 def test_the_packed_layout_agreement_part_reads_both_layouts(monkeypatch):
   """`--packed_attention`'s first part on this CPU, cuDNN's documented behaviour standing in
   for the kernel: the layouts agree; a kernel that drops a sentence's attention does not."""

@@ -1356,3 +1356,27 @@ def test_a_resumed_run_reads_its_state_without_initialising_one(tmp_path, monkey
   state, _, finished = train.train_and_evaluate(override(cfg, {"train.steps": 4}),
                                                 str(tmp_path))
   assert finished and int(state.step) == 4
+
+
+def test_a_run_whose_steps_cannot_compile_from_shapes_compiles_them_from_values(
+    tmp_path, monkeypatch, capsys):
+  """Should a JAX version refuse to compile the steps from the state's shapes, a new run
+  says so and compiles them from the values, as before it made them beside: it trains,
+  dev BLEU's search included, and compiles nothing in the loop."""
+  real_compile = train.StepPrograms.compile_ahead
+
+  def compile_ahead(self, state, *args, **kwargs):
+    if parallel.is_abstract(state):
+      raise TypeError("shapes refused\nsecond line")
+    return real_compile(self, state, *args, **kwargs)
+  monkeypatch.setattr(train.StepPrograms, "compile_ahead", compile_ahead)
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
+                                         "train.bleu_every_steps": 2,
+                                         "train.bleu_sentences": 4})
+  state, _, finished = train.train_and_evaluate(cfg, str(tmp_path))
+  assert finished and int(state.step) == 2
+  err = capsys.readouterr().err
+  assert "compiling from the state's shapes failed (shapes refused); compiling from its " \
+         "values" in err
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert rows[-1]["compiles_after_warmup"] == 0 and "dev_bleu" in rows[-1]
