@@ -383,10 +383,14 @@ class DevBleu:
                                                            cfg.model.max_len), shrink=False)
     self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
 
-  def __call__(self, replicated_params: Any) -> dict[str, Any]:
-    from t2t_jax import bleu
+  def place(self, replicated_params: Any) -> None:
+    """The trainer's parameters, copied onto this process's devices for the decoder."""
     self.decoder.params = parallel.replicate(parallel.unreplicate(replicated_params),
                                              len(self.decoder.devices), local_only=True)
+
+  def __call__(self, replicated_params: Any) -> dict[str, Any]:
+    from t2t_jax import bleu
+    self.place(replicated_params)
     start = time.time()
     hyps = self.decoder.translate(self.sources)
     score, _ = bleu.sacrebleu_score(hyps, self.refs)

@@ -428,7 +428,8 @@ class BeamDecoder:
     params = self.params  # lowering reads only its shapes
     sources = self.encode([s for s in sentences if s.strip()])
     jobs = {}
-    for shape in sorted({batch.shape for _, batch in self._batches(sources)}):
+    shapes = sorted({batch.shape for _, batch in self._batches(sources)})  # [devices, rows, width]
+    for shape in shapes:
       batch = jax.ShapeDtypeStruct(shape, jnp.int32)
       jobs[("start", _shape_key((batch,)), None)] = \
           lambda b=batch: self._start.lower(params, b).compile()
@@ -444,8 +445,7 @@ class BeamDecoder:
           state = jax.eval_shape(lambda st, n=grown: self._grow(st, n), state)
     jobs = {key: job for key, job in jobs.items() if key not in self._programs}
     self._programs.update(parallel.compile_all(jobs, workers))
-    self._ahead_tokens = max([self._ahead_tokens] + [rows * width for (_, rows, width) in
-                                                     {b.shape for _, b in self._batches(sources)}])
+    self._ahead_tokens = max([self._ahead_tokens] + [rows * width for _, rows, width in shapes])
     return len(jobs)
 
   def planned_bytes(self) -> tuple[int, int] | None:

@@ -745,9 +745,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                 f"from its values", file=sys.stderr, flush=True)
           state, initialising = initialising.result(), None
           if dev_bleu:
-            dev_bleu.decoder.params = parallel.replicate(
-                parallel.unreplicate(state.params), len(dev_bleu.decoder.devices),
-                local_only=True)
+            dev_bleu.place(state.params)
           stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
         stats.compile_ahead_sec = round(time.time() - compile_start, 3)
         print(f"compiled {stats.compiled_ahead} program(s) before the first step in "

@@ -123,10 +123,9 @@ class TrainBench:
 
   def compile(self) -> Any:
     import jax
-    from t2t_jax import train
+    from t2t_jax import parallel, train
     shapes = jax.eval_shape(lambda: train.init_state(self.cfg, self.optimizer))
-    state = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct((self.num_devices, *x.shape), x.dtype), shapes)
+    state = parallel.replicated_shapes(shapes, self.num_devices)  # as `new_state` places it
     return self.p_train.lower(state, self.arrays, self.rngs).compile()
 
 
