@@ -721,7 +721,8 @@ def test_chunked_output_layer_and_loss_equal_the_whole_logits(implementation, dt
                                                               lean):
   """Chunks smaller than a row, one chunk larger than all the tokens, both model paths, the
   lean loss and autodiff's: the same loss sums and the same gradient as building the
-  [tokens, vocab] logits."""
+  [tokens, vocab] logits. In bf16 "the same" means as accurate: measured against the
+  float32 model's gradient, the chunked gradient is as close as the whole logits' one."""
   import dataclasses
   from t2t_jax import model
   m = dataclasses.replace(tiny_cfg().model, vocab_size=300, d_model=32, dropout=0.1,
@@ -729,7 +730,7 @@ def test_chunked_output_layer_and_loss_equal_the_whole_logits(implementation, dt
   params = model.init_params(m, jax.random.PRNGKey(0))
   inputs, targets = _padded_batch(np.random.default_rng(0), m.vocab_size)
 
-  def sums(chunk_tokens):
+  def sums(chunk_tokens, m=m, lean=lean):
     cfg = dataclasses.replace(override(tiny_cfg(), {"train.loss_chunk_tokens": chunk_tokens,
                                                      "train.lean_loss": lean}), model=m)
     def f(p):
@@ -744,9 +745,21 @@ def test_chunked_output_layer_and_loss_equal_the_whole_logits(implementation, dt
   np.testing.assert_allclose(np.array(chunked[:2]), np.array(whole[:2]), rtol=tol)
   if dtype == "float32":
     _assert_trees_close(g_chunked, g_whole, atol=tol * 0.1)
-  else:  # the lean loss rounds softmax - q to bf16 for its two products: within 1% per array
-    for a, b in zip(jax.tree_util.tree_leaves(g_chunked), jax.tree_util.tree_leaves(g_whole)):
-      assert np.linalg.norm(np.float32(a) - np.float32(b)) <= 1e-2 * np.linalg.norm(b) + 1e-6
+    return
+  # bf16 rounds the two paths' logits (and the lean loss its softmax - q) differently. A fixed
+  # bound on their difference held on jax 0.10.2 and not on 0.11.2, whose bf16 gradients sit
+  # further from float32's, so the reference is float32: over all parameters the chunked
+  # gradient's error is within 10% of the whole logits' (measured 0.97-0.99x), and no array
+  # differs between the two paths by more than 1.5x that array's own bf16 error (measured at
+  # most 1.0x on jax 0.10.2 and 0.11.2). A dropped or doubled chunk fails both by far.
+  exact = dataclasses.replace(m, dtype="float32")
+  _, g_exact = sums(0, exact, False)
+  flat = lambda g: [np.ravel(np.float32(x)) for x in jax.tree_util.tree_leaves(g)]
+  c, w, f = flat(g_chunked), flat(g_whole), flat(g_exact)
+  error = lambda xs: np.linalg.norm(np.concatenate(xs) - np.concatenate(f))
+  assert error(c) <= 1.1 * error(w)
+  for a, b, ref in zip(c, w, f):
+    assert np.linalg.norm(a - b) <= 1.5 * np.linalg.norm(b - ref) + 1e-6
 
 
 def _dot_generals(jaxpr) -> list:
