@@ -531,7 +531,9 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
     def initialise() -> TrainState:
       with bookkeeping.uncounted_compilations():
         return parallel.replicate(init_state(cfg, optimizer), n_dev)
-    initialising = concurrent.futures.ThreadPoolExecutor(1).submit(initialise)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    initialising = pool.submit(initialise)
+    pool.shutdown(wait=False)  # its thread ends with the job, not idle for the whole run
   state = shapes  # until the values come: restored, from init_from, or initialised
   n_params = model.count_params(shapes.params)
   ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
