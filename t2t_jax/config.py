@@ -410,6 +410,10 @@ def validate(cfg: ExperimentConfig) -> None:
                      "model.label_smoothing": m.label_smoothing}.items():
     if not 0.0 <= value < 1.0:
       raise ConfigError(f"{key}: must be in [0, 1), got {value}")
+  if m.positional == "learned" and cfg.data.max_length > m.max_len:
+    raise ConfigError(f"data.max_length={cfg.data.max_length}: a sentence may be longer than "
+                      f"the learned positions cover (model.max_len={m.max_len}); lower "
+                      f"data.max_length or raise model.max_len")
   if m.d_model % 2:
     raise ConfigError(f"model.d_model: sinusoidal positions need an even size, got {m.d_model}")
   for key in ("train_split", "dev_split", "test_split"):

@@ -99,7 +99,10 @@ def segments(tokens: Array) -> Segments:
   ids = jnp.where(tokens == PAD_ID, 0, jnp.cumsum(starts, axis=1))
   index = jnp.arange(tokens.shape[1])
   first = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
-  return Segments(ids.astype(jnp.int32), (index - first).astype(jnp.int32))
+  # Padding is at position 0: counted on from the last sentence, a packed source row longer
+  # than `model.max_len` would index past the learned table (NaN rows, a NaN loss).
+  positions = jnp.where(ids > 0, index - first, 0)
+  return Segments(ids.astype(jnp.int32), positions.astype(jnp.int32))
 
 
 def segment_bias(query_ids: Array, key_ids: Array, causal: bool = False) -> Array:

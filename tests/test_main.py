@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from t2t_jax.config import ExperimentConfig, override
+from t2t_jax import registry
+from t2t_jax.config import ConfigError, ExperimentConfig, override, validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -174,6 +175,15 @@ def test_override_parses_types_and_keeps_config_frozen():
   new = override(cfg, {"train.steps": "1e3", "model.dropout": "0.2", "model.dtype": "bfloat16"})
   assert (new.train.steps, new.model.dropout, new.model.dtype) == (1000, 0.2, "bfloat16")
   assert cfg.train.steps == 100_000
+
+
+def test_sentences_longer_than_the_learned_positions_are_refused_before_any_work():
+  """Learned positions cover `model.max_len` places: a longer sentence (packed or not) would
+  index past the table. One line at start-up, not a NaN loss in the loop."""
+  cfg = override(registry.get("table3_e_learned_pos"), {"data.max_length": "300"})
+  with pytest.raises(ConfigError, match="data.max_length=300.*model.max_len=256"):
+    validate(cfg)
+  validate(override(cfg, {"model.positional": "sinusoidal"}))  # sinusoids have no bound
 
 
 def test_an_object_store_workdir_is_refused_not_made_a_local_folder(tmp_path):

@@ -423,7 +423,25 @@ def test_segments_of_packed_rows_are_found_from_their_eos():
   row = jnp.array([[5, 6, EOS_ID, 7, EOS_ID, 8, 9, 9, EOS_ID, PAD_ID, PAD_ID]])
   segs = model.segments(row)
   np.testing.assert_array_equal(segs.ids[0], [1, 1, 1, 2, 2, 3, 3, 3, 3, 0, 0])
-  np.testing.assert_array_equal(segs.positions[0][:9], [0, 1, 2, 0, 1, 0, 1, 2, 3])
+  np.testing.assert_array_equal(segs.positions[0], [0, 1, 2, 0, 1, 0, 1, 2, 3, 0, 0])
+
+
+def test_a_packed_row_longer_than_the_learned_table_gets_its_sentences_own_logits():
+  """A packed source row of the longest class may be longer than `model.max_len` (its length
+  is the target's times the corpus's ratio), mostly padding. Learned positions index the
+  table by each token's place in its sentence, padding included: the row's logits are finite
+  and its sentence's are what the sentence gets alone."""
+  cfg = dataclasses.replace(TINY, implementation="plain", positional="learned", max_len=16)
+  params = _params(cfg)
+  rng = np.random.default_rng(3)
+  src = list(rng.integers(4, cfg.vocab_size, 4)) + [EOS_ID]
+  tgt = list(rng.integers(4, cfg.vocab_size, 6)) + [EOS_ID]
+  apply = jax.jit(lambda s, t: model.Transformer(cfg, packed=True).apply({"params": params},
+                                                                         s, t))
+  long_row = apply(_pack([[src]], 40), _pack([[tgt]], 16))    # source row 40 > max_len 16
+  alone = apply(_pack([[src]], 8), _pack([[tgt]], 16))
+  assert np.isfinite(np.asarray(long_row)).all()
+  np.testing.assert_allclose(long_row[0, :len(tgt)], alone[0, :len(tgt)], atol=1e-5)
 
 
 def _pack(rows_of_ids, width):
