@@ -314,11 +314,14 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array,
 
 
 def update_is_finite(loss: jax.Array, grads: Any) -> jax.Array:
-  """Whether an update may be applied: its loss and every gradient entry are finite. (A
-  finite update that overflows a parameter shows in the next step's loss.)"""
+  """Whether an update may be applied: its loss is finite and so is every gradient entry's
+  square, which Adam's second moment takes (a gradient of 3e38 is finite, its square is
+  not: the moment would be +inf and the entry's updates 0 for the rest of the run). A NaN
+  fails the comparison too. (A finite update that overflows a parameter shows in the next
+  step's loss.)"""
   finite = jnp.isfinite(loss)
   for g in jax.tree_util.tree_leaves(grads):
-    finite &= jnp.all(jnp.isfinite(g))
+    finite &= jnp.all(jnp.abs(g) <= math.sqrt(float(jnp.finfo(g.dtype).max)))
   return finite
 
 

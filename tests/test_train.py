@@ -1189,15 +1189,28 @@ def test_a_stop_request_is_not_held_up_by_an_input_thread_that_hangs():
 
 
 def test_an_update_is_applied_only_when_its_loss_and_gradients_are_finite():
-  """Issue 52: the check reads the loss and the gradients (not the updated parameters, a
-  second pass over the state), entry by entry: gradients of 3e38 are finite though the norm
-  the old check took of them overflowed."""
-  grads = {"a": jnp.ones(3), "b": jnp.full((2,), 3e38, jnp.float32)}
+  """The check reads the loss and the gradients (not the updated parameters, a second pass
+  over the state), entry by entry: it passes exactly the gradients whose Adam update keeps
+  the optimiser's state finite. A gradient of 3e38 is finite, but Adam squares it: its second
+  moment would be +inf and that entry frozen for the rest of the run."""
+  adam = optax.adam(1e-3, b1=0.9, b2=0.98, eps=1e-9)
+
+  def adam_state_finite(grads):
+    _, state = adam.update(grads, adam.init(grads), grads)
+    return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(state))
+
+  for big in (1e18, 1.8e19, 1.9e19, 3e38):
+    grads = {"a": jnp.ones(3), "b": jnp.full((2,), big, jnp.float32)}
+    assert bool(train.update_is_finite(jnp.float32(1.5), grads)) == adam_state_finite(grads)
+  assert adam_state_finite({"b": jnp.full((2,), 1e18)})  # both outcomes were met above
+  assert not adam_state_finite({"b": jnp.full((2,), 3e38)})
+  grads = {"a": jnp.ones(3), "b": jnp.full((2,), 2.0)}
   assert bool(train.update_is_finite(jnp.float32(1.5), grads))
   assert not bool(train.update_is_finite(jnp.float32(jnp.inf), grads))
   nan = {**grads, "a": jnp.array([1.0, jnp.nan, 0.0])}
   assert not bool(train.update_is_finite(jnp.float32(1.5), nan))
-  assert not bool(jnp.isfinite(optax.tree.norm(grads)))  # what the old check saw
+  inf = {**grads, "a": jnp.array([1.0, -jnp.inf, 0.0])}
+  assert not bool(train.update_is_finite(jnp.float32(1.5), inf))
 
 
 def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop(tmp_path,
