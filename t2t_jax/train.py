@@ -82,8 +82,10 @@ def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Ar
 
   The [tokens, vocab] float32 logits (3.7 GB for a 25k-token micro-batch at 37k pieces) are
   never built whole: a scan over chunks builds each chunk's logits (bf16 product, float32
-  result), reduces them to the chunk's loss sums, and drops them. A chunk is whole rows, as
-  many as divide the batch evenly within `chunk` tokens: no padded rows.
+  result), reduces them to the chunk's loss sums, and drops them. Each token's loss is its
+  own, so chunks are runs of tokens, not rows: the fewest chunks of at most `chunk` tokens,
+  of equal size, the last padded with PAD targets (which weigh nothing) by fewer tokens than
+  there are chunks (times 8, when the size is rounded to a multiple of 8).
 
   `lean` (the default, `_lean_loss_sums`): each chunk's gradient softmax - q is formed in the
   forward pass and sent through the two gradient products there, in the compute dtype with
@@ -91,10 +93,11 @@ def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Ar
   (`jax.checkpoint` recomputes each chunk's logits, and the gradient products run on the
   float32 cotangent): `train.lean_loss=false`, kept in case a quality run disagrees.
   """
-  b, l, d = features.shape
-  rows = max([r for r in range(1, b + 1) if b % r == 0 and r * l <= chunk] or [1])
-  y = features.reshape(b // rows, rows * l, d)
-  t = targets.reshape(b // rows, rows * l)
+  n, size = chunk_layout(targets.size, chunk)
+  pad = n * size - targets.size
+  y = jnp.pad(features.reshape(-1, features.shape[-1]), ((0, pad), (0, 0)))
+  y = y.reshape(n, size, features.shape[-1])
+  t = jnp.pad(targets.reshape(-1), (0, pad), constant_values=PAD_ID).reshape(n, size)
   if lean:
     smoothed, nll, tokens = _lean_loss_sums(y, embedding, t, cfg)
     # Only the smoothed loss is differentiated (`_lean_loss_sums_bwd`); the NLL and the
@@ -112,6 +115,15 @@ def chunked_loss_sums(features: jax.Array, embedding: jax.Array, targets: jax.Ar
   zero = jnp.float32(0)
   sums, _ = jax.lax.scan(body, (zero, zero, zero), (y, t))
   return sums
+
+
+def chunk_layout(tokens: int, chunk: int) -> tuple[int, int]:
+  """(chunks, tokens per chunk) for `tokens` in chunks of at most `chunk` (>= 1): the fewest
+  chunks, of equal size, a multiple of 8 where that stays within `chunk`."""
+  n = -(-tokens // chunk)
+  size = -(-tokens // n)
+  rounded = -(-size // 8) * 8
+  return n, rounded if rounded <= chunk else size
 
 
 def _chunk_logits(y_c: jax.Array, embedding: jax.Array, cfg: ModelConfig) -> jax.Array:
