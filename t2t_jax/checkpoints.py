@@ -38,10 +38,13 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int, create: bool = True, async_save: bool = False):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    # Each step holds one StandardSave item; naming its handler lets orbax read the item's
+    # metadata (stored shapes) without restoring it.
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
-                                             enable_async_checkpointing=async_save))
+                                             enable_async_checkpointing=async_save),
+        item_handlers=ocp.StandardCheckpointHandler())
     self.async_save = async_save
 
   def steps(self) -> list[int]:
@@ -64,7 +67,47 @@ class Checkpointer:
     return os.path.join(self.directory, str(step))
 
   def restore(self, step: int, like: Any) -> Any:
+    """Checkpoint `step` in the shapes of `like`. The stored shapes are compared first: an
+    array of another shape (another model's checkpoint) is a `_StructureMismatch` before
+    any array is read, where orbax's own refusal leaves its reads failing in the background
+    with a traceback each."""
+    mismatch = self._stored_mismatch(step, like)
+    if mismatch:
+      raise _StructureMismatch(mismatch)
     return self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+
+  def restore_as_stored(self, step: int) -> Any:
+    """Checkpoint `step` as it was saved (host arrays, no template): for inference, which
+    needs only its parameters, whatever optimiser wrote it."""
+    return self._manager.restore(step, args=ocp.args.StandardRestore())
+
+  def identity(self, step: int) -> str | None:
+    """Which checkpoint this is, not just its step (a retrained workdir writes new
+    checkpoints under the same step numbers): the nanosecond orbax began writing it, from
+    its metadata, which a copy of the workdir keeps. None when that cannot be read."""
+    try:
+      stamp = self._manager.metadata(step).init_timestamp_nsecs
+    except Exception:  # a damaged checkpoint's metadata: no identity to compare
+      return None
+    return None if stamp is None else str(stamp)
+
+  def _stored_mismatch(self, step: int, like: Any) -> str | None:
+    """The first array whose stored shape or presence differs from `like`'s, or None (also
+    when the metadata cannot be read: restoring then says what is wrong)."""
+    try:
+      stored = _shapes_by_name(self._manager.item_metadata(step))
+    except Exception:
+      return None
+    wanted = _shapes_by_name(like)
+    for name in sorted(wanted.keys() | stored.keys()):
+      if name not in stored:
+        return f"{name} is not in the checkpoint"
+      if name not in wanted:
+        return f"the checkpoint holds {name}, which this run does not have"
+      if tuple(stored[name]) != tuple(wanted[name]):
+        return (f"{name} is stored with shape {tuple(stored[name])}, this run's is "
+                f"{tuple(wanted[name])}")
+    return None
 
   def restore_latest(self, like: Any, retries: int = 3) -> tuple[Any, int] | None:
     """The newest checkpoint that restores; None when the workdir has none.
@@ -198,6 +241,16 @@ def unused_name(path: str) -> str:
   return candidate
 
 
+def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
+  """{"opt_state.0.mu.decoder_0.ffn.kernel": shape, ...}: a tree's leaves by their dotted
+  path, the naming a checkpoint's metadata uses, from arrays, shapes or that metadata."""
+  def name(path) -> str:
+    return ".".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
+                    for k in path)
+  return {name(path): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree) if leaf is not None}
+
+
 def _transient(error: Exception) -> bool:
   """An I/O error worth retrying (a network filesystem's hiccup), not a broken file."""
   import errno
@@ -327,41 +380,32 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   with ocp.StandardCheckpointer() as writer:
     writer.save(os.path.join(tmp, "params"), mean)
   with open(os.path.join(tmp, "averaged.json"), "w") as f:
-    json.dump({"steps": steps, "identity": {str(s): checkpoint_identity(ckpt.directory, s)
-                                            for s in steps}}, f)
+    json.dump({"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}, f)
   shutil.rmtree(out, ignore_errors=True)
   os.replace(tmp, out)
   ckpt.close()
   return out, steps
 
 
-def checkpoint_identity(directory: str, step: int) -> str | None:
-  """Which checkpoint this is, not just its step (a retrained workdir writes new checkpoints
-  under the same step numbers): the nanosecond orbax began writing it, from its metadata
-  file, which a copy of the workdir keeps. None when that file is missing or damaged: a
-  damaged checkpoint is not a rewritten one."""
-  try:
-    with open(os.path.join(directory, str(step), "_CHECKPOINT_METADATA")) as f:
-      return str(json.load(f)["init_timestamp_nsecs"])
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-
-
-def _why_average_is_stale(record: dict[str, Any], directory: str, steps: list[int]
-                          ) -> str | None:
+def _why_average_is_stale(record: dict[str, Any], ckpt: Checkpointer) -> str | None:
   """None when the average's checkpoints are the ones listed now, else why not."""
   identity = record.get("identity")
   if identity is None:
     return None  # an average written before identities were recorded: steps alone
+  steps = ckpt.steps()
   for step, ident in identity.items():
     if int(step) not in steps:  # deleted, or pruned by newer checkpoints
       return f"checkpoint {step} is gone"
     if isinstance(ident, list):  # recorded before 2026-11-27: [inode, mtime]; a copy keeps
-      same = os.stat(os.path.join(directory, str(step))).st_mtime_ns == ident[1]  # the mtime
-    else:
-      now = checkpoint_identity(directory, int(step))
-      same = ident is None or now is None or now == ident
-    if not same:
+      now = os.stat(os.path.join(ckpt.directory, str(step))).st_mtime_ns  # the mtime
+      if now != ident[1]:
+        return f"checkpoint {step} was rewritten since (a new training run)"
+      continue
+    now = ckpt.identity(int(step))
+    if ident is not None and now is None:  # damaged, not rewritten as far as anyone can tell
+      print(f"warning: checkpoint {step}'s metadata does not read, so whether it is the one "
+            f"averaged cannot be checked; the average is used", file=sys.stderr, flush=True)
+    elif ident is not None and now != ident:
       return f"checkpoint {step} was rewritten since (a new training run)"
   return None
 
@@ -389,7 +433,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
       except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{avg} is damaged ({os.path.basename(avg)}/averaged.json: "
                         f"{type(e).__name__}); {redo}") from None
-      stale = _why_average_is_stale(record, ckpt.directory, ckpt.steps()) if ckpt else None
+      stale = _why_average_is_stale(record, ckpt) if ckpt else None
       if stale:
         print(f"warning: {avg} averages checkpoints {steps[0]}..{steps[-1]}, but {stale}; "
               f"using checkpoint {newest} (run --mode=average to average the new "
@@ -410,7 +454,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
       return None
     step = newest
     try:
-      restored = ckpt._manager.restore(step, args=ocp.args.StandardRestore())
+      restored = ckpt.restore_as_stored(step)
     except Exception as e:  # a damaged newest checkpoint: decode with no other one unasked
       raise UserError(f"checkpoint {os.path.join(ckpt.directory, str(step))} does not restore "
                       f"({type(e).__name__}: {_first_line(e)}); move it away to use the one "

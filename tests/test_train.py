@@ -650,11 +650,50 @@ def test_a_checkpoint_of_another_structure_is_an_error_and_nothing_is_moved(tmp_
   ckpt.save(2, state)
   other = state.replace(opt_state=optax.sgd(0.1, momentum=0.9).init(state.params))
   with pytest.raises(UserError, match=r"does not hold this run's training state \(first "
-                                      r"difference: opt_state.*nothing was moved"):
+                                      r"difference: .*opt_state.*nothing was moved"):
     ckpt.restore_latest(other)
   assert ckpt.steps() == [1, 2]
   assert not list(tmp_path.glob("corrupt_checkpoint_*"))
   ckpt.close()
+
+
+def test_another_shape_is_found_from_the_stored_shapes_before_any_array_is_read(tmp_path,
+                                                                              monkeypatch):
+  """The checkpoint's metadata names each stored shape: another model's checkpoint is refused
+  from it, naming the array, without asking orbax for an array (whose refused reads failed
+  in the background, a traceback each)."""
+  from t2t_jax.errors import UserError
+  import jax.numpy as jnp
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  ckpt.save(1, {"w": jnp.zeros(4), "b": jnp.zeros(2)})
+  reads = []
+  monkeypatch.setattr(ckpt._manager, "restore", lambda *a, **k: reads.append(a))
+  with pytest.raises(UserError, match=r"first difference: w is stored with shape \(4,\), "
+                                      r"this run's is \(8,\)\); nothing was moved"):
+    ckpt.restore_latest({"w": jnp.zeros(8), "b": jnp.zeros(2)})
+  with pytest.raises(UserError, match="first difference: c is not in the checkpoint"):
+    ckpt.restore_latest({"w": jnp.zeros(4), "b": jnp.zeros(2), "c": jnp.zeros(1)})
+  assert reads == []
+  ckpt.restore_latest({"w": jnp.zeros(4), "b": jnp.zeros(2)})  # the same shapes: it reads
+  assert len(reads) == 1
+  ckpt.close()
+
+
+def test_a_changed_shape_resume_is_one_error_line_and_no_traceback(tmp_path):
+  """A workdir whose experiment.json is gone, resumed with another d_ff: one `error:` line
+  naming the array, exit 2, and nothing of orbax's background reads on stderr."""
+  workdir = tmp_path / "run"
+  first = subprocess.run(_train_cmd(workdir, 2, {"train.final_eval": False}), cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+  assert first.returncode == 0, first.stderr[-2000:]
+  (workdir / "experiment.json").unlink()
+  r = subprocess.run(_train_cmd(workdir, 4, {"train.final_eval": False, "model.d_ff": 128}),
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert "is stored with shape (64,), this run's is (128,)" in r.stderr
+  for noise in ("Traceback", "Task exception", "never awaited", "Event loop is closed"):
+    assert noise not in r.stderr, r.stderr[-3000:]
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["2"]
 
 
 def test_an_io_error_is_retried_then_a_one_line_error(tmp_path, monkeypatch):
