@@ -565,7 +565,8 @@ class Transformer(nn.Module):
     if ancestry is None:
       ancestry = jnp.broadcast_to(jnp.arange(beams)[:, None], (b, beams, length))
     y = self.embed(tokens[:, None]) * math.sqrt(self.cfg.d_model)
-    y = self.decoder_positions(y, offset=position)
+    # The residual stream's dtype, as `_embed` gives the teacher-forced decoder.
+    y = self.decoder_positions(y, offset=position).astype(kernels.residual_dtype(self.cfg))
     self_bias, cross_bias = beam_history_bias(ancestry, position), padding_bias(inputs)
     new_cache = []
     for layer, layer_cache in zip(self.decoder_layers, cache):

@@ -38,8 +38,11 @@ def _full_logp(params, cfg, src, hyp):
 
 
 @pytest.mark.parametrize("changes", [{"positional": "sinusoidal"}, {"positional": "learned"},
-                                     {"encoder_layers": 3}])
+                                     {"encoder_layers": 3},
+                                     {"dtype": "bfloat16", "residual_dtype": "bfloat16"}])
 def test_cached_decoding_matches_full_forward(changes):
+  """Each cached step's logits are the teacher-forced ones: the same arithmetic, rounded at
+  the same places (a bf16 residual stream included), so to float32 rounding."""
   cfg = dataclasses.replace(TINY, **changes)
   params = model.init_params(cfg, jax.random.PRNGKey(1))
   src = _sources([5, 3], 7)
