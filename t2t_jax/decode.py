@@ -307,11 +307,6 @@ def cache_phases(total: int) -> list[int]:
   return sizes
 
 
-def _shape_key(args: Any) -> tuple:
-  """The shapes and dtypes of a tree of arrays: which compiled program fits them."""
-  return tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(args))
-
-
 def strip(ids: Sequence[int]) -> list[int]:
   """Token ids up to (not including) the first EOS."""
   out = []
@@ -341,9 +336,6 @@ class BeamDecoder:
     `compile_ahead` can compile them all (the trainer's dev BLEU, run mid-training)."""
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.shrink = shrink
-    # Programs compiled ahead (`compile_ahead`), by part and the shapes of its arguments
-    # other than the parameters; a shape not among them runs the pmapped function.
-    self._programs: dict[tuple[str, Any], Any] = {}
     self._ahead_tokens = 0  # source tokens per device of the largest batch compiled ahead
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch or backend.decode_batch_tokens(
@@ -356,11 +348,16 @@ class BeamDecoder:
                    parallel.replicate(params, len(self.devices), local_only=True))
     cfgs = model_cfg if isinstance(model_cfg, ModelConfig) else tuple(model_cfg)
     pmap = functools.partial(jax.pmap, axis_name=parallel.AXIS, devices=self.devices)
-    self._start = pmap(functools.partial(
+    # The search's parts, each with its programs compiled ahead (`compile_ahead`) by the
+    # shapes of its arguments other than the parameters.
+    self._start = parallel.ShapeDispatch(pmap(functools.partial(
         search_start, cfg=cfgs, beam_size=decode_cfg.beam_size,
-        max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length))
-    self._steps = pmap(functools.partial(search_steps, cfg=cfgs, alpha=decode_cfg.alpha))
-    self._grow = pmap(grow_caches, static_broadcasted_argnums=1)
+        max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length)),
+        keyed=(1,))
+    self._steps = parallel.ShapeDispatch(pmap(functools.partial(
+        search_steps, cfg=cfgs, alpha=decode_cfg.alpha)), keyed=(1, 2))
+    self._grow = parallel.ShapeDispatch(pmap(grow_caches, static_broadcasted_argnums=1),
+                                        keyed=(0,), static=(1,))
     self._select = pmap(select_sentences)
     self._score = pmap(functools.partial(sequence_logprobs, cfg=cfgs))
 
@@ -374,7 +371,7 @@ class BeamDecoder:
     rows on CPUs, and on GPUs once a batch fills the device.
     """
     n_dev, rows, _ = batch.shape
-    state = self._call("start", self._start, self.params, batch)
+    state = self._start(self.params, batch)
     seqs = np.zeros(state["sent"]["fin_seqs"].shape, np.int32)
     scores = np.full(state["sent"]["fin_scores"].shape, NEG_INF, np.float32)
     held = np.tile(np.arange(rows), (n_dev, 1))  # the batch row each state row holds
@@ -388,8 +385,7 @@ class BeamDecoder:
     cache_at, step = 0, 0
     while True:
       end = min(step + COMPACT_EVERY, phases[cache_at])
-      state = self._call("steps", self._steps, self.params, state,
-                         np.full(n_dev, end, np.int32))
+      state = self._steps(self.params, state, np.full(n_dev, end, np.int32))
       step = end
       done = np.asarray(state["sent"]["done"])
       if done.all() or step >= phases[-1]:
@@ -405,19 +401,9 @@ class BeamDecoder:
       if step == phases[cache_at]:  # after shrinking: only the rows kept grow
         cache_at += 1
         size = phases[cache_at]
-        state = self._call("grow", lambda st: self._grow(st, size), state, size=size)
+        state = self._grow(state, size)
     keep()
     return seqs, scores
-
-  def _call(self, part: str, fn: Any, *args: Any, size: int | None = None) -> Any:
-    """`fn(*args)` through the program compiled ahead for these shapes, if there is one (a
-    compiled program takes the arguments that are not static: `grow`'s `size` is not
-    passed)."""
-    if not self._programs:  # nothing compiled ahead (a shrinking decoder)
-      return fn(*args)
-    shaped = args if part == "grow" else args[1:]  # start and steps: the parameters first
-    program = self._programs.get((part, _shape_key(shaped), size))
-    return (program or fn)(*args)
 
   def compile_ahead(self, sentences: Sequence[str], workers: int = 1) -> int:
     """Compiles every search program that translating `sentences` will run, `workers` at a
@@ -425,35 +411,29 @@ class BeamDecoder:
     which smaller batches a shrinking search meets depends on when its sentences end."""
     if self.shrink:
       raise ValueError("compile_ahead needs a BeamDecoder(..., shrink=False)")
-    params = self.params  # lowering reads only its shapes
     sources = self.encode([s for s in sentences if s.strip()])
-    jobs = {}
     shapes = sorted({batch.shape for _, batch in self._batches(sources)})  # [devices, rows, width]
+    calls = []
     for shape in shapes:
       batch = jax.ShapeDtypeStruct(shape, jnp.int32)
-      jobs[("start", _shape_key((batch,)), None)] = \
-          lambda b=batch: self._start.lower(params, b).compile()
-      state = jax.eval_shape(self._start, params, batch)
+      calls.append((self._start, (self.params, batch)))  # lowering reads only shapes
+      state = jax.eval_shape(self._start.fn, self.params, batch)
       end = jax.ShapeDtypeStruct((shape[0],), jnp.int32)
       phases = cache_phases(state["sent"]["fin_seqs"].shape[-1])
       for grown in phases[1:] + [None]:  # the steps at each cache length, then its growth
-        jobs[("steps", _shape_key((state, end)), None)] = \
-            lambda st=state, e=end: self._steps.lower(params, st, e).compile()
+        calls.append((self._steps, (self.params, state, end)))
         if grown is not None:
-          jobs[("grow", _shape_key((state,)), grown)] = \
-              lambda st=state, n=grown: self._grow.lower(st, n).compile()
-          state = jax.eval_shape(lambda st, n=grown: self._grow(st, n), state)
-    jobs = {key: job for key, job in jobs.items() if key not in self._programs}
-    self._programs.update(parallel.compile_all(jobs, workers))
+          calls.append((self._grow, (state, grown)))
+          state = jax.eval_shape(lambda st, n=grown: self._grow.fn(st, n), state)
     self._ahead_tokens = max([self._ahead_tokens] + [rows * width for _, rows, width in shapes])
-    return len(jobs)
+    return parallel.compile_ahead(calls, workers)
 
   def planned_bytes(self) -> tuple[int, int] | None:
     """The largest device plan (`parallel.planned_bytes`) of the programs compiled ahead, and
     the source tokens (rows x width) per device of the largest batch they search; None when
     nothing was compiled ahead or the backend gives no analysis."""
-    plans = [parallel.planned_bytes(p) for p in self._programs.values()]
-    plans = [p for p in plans if p is not None]
+    plans = [p for part in (self._start, self._steps, self._grow)
+             for p in part.plans().values() if p is not None]
     return (max(plans), self._ahead_tokens) if plans else None
 
   def encode(self, sentences: Sequence[str]) -> list[list[int]]:

@@ -723,20 +723,35 @@ class Dataset:
     lengths = np.maximum(self.train.src_len[ids], self.train.tgt_len[ids]) + 1
     return np.searchsorted(self.boundaries, lengths)
 
-  def train_shapes(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Every (inputs, targets) [devices, accum, batch, length] shape pair `batch` gives: one
-    per length bucket, or packed per row class, that holds training pairs (the same in
-    every epoch)."""
+  def train_shapes(self, steps: range | None = None
+                   ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every (inputs, targets) [devices, accum, batch, length] shape pair `batch` gives for
+    `steps` (counted as `batch` counts them; default: every step): one per length bucket,
+    or packed per row class, that holds training pairs (the same in every epoch). Fewer
+    steps than an epoch, e.g. a short fine-tune or a resume near the end, may meet fewer."""
+    if steps is not None and len(steps) < self.steps_per_epoch:
+      return sorted({self._step_shape(step) for step in steps})
     if self.packed:
-      out = []
-      for c in np.nonzero(self._batches_per_class)[0]:
-        lead = (self.num_devices, self.accum_steps, self._micro_rows(int(self._class_rows[c])))
-        target_length, source_length = self.plan.classes[c]
-        out.append(((*lead, source_length), (*lead, target_length)))
-      return out
-    shapes = [(self.num_devices, self.accum_steps, self._micro_rows(int(self._rows[b])),
-               int(self.boundaries[b])) for b in np.nonzero(self._batches_per_bucket)[0]]
-    return [(shape, shape) for shape in shapes]
+      return [self._class_shape(c) for c in np.nonzero(self._batches_per_class)[0]]
+    return [self._bucket_shape(b) for b in np.nonzero(self._batches_per_bucket)[0]]
+
+  def _step_shape(self, step: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of `batch(step)`, from the epoch's order alone (nothing assembled)."""
+    epoch, index = divmod(step, self.steps_per_epoch)
+    first = self._epoch(epoch)[index][:1]
+    if self.packed:
+      return self._class_shape(int(self.plan.row_class[first[0]]))
+    return self._bucket_shape(int(self._bucket_of_example(first)[0]))
+
+  def _class_shape(self, c: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    lead = (self.num_devices, self.accum_steps, self._micro_rows(int(self._class_rows[c])))
+    target_length, source_length = self.plan.classes[c]
+    return (*lead, source_length), (*lead, target_length)
+
+  def _bucket_shape(self, b: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    shape = (self.num_devices, self.accum_steps, self._micro_rows(int(self._rows[b])),
+             int(self.boundaries[b]))
+    return shape, shape
 
   def _train_lengths(self) -> tuple[np.ndarray, np.ndarray]:
     """(source, target) lengths of every training pair, EOS included."""

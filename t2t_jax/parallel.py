@@ -151,6 +151,49 @@ def compile_all(jobs: dict[Any, Callable[[], Any]], workers: int) -> dict[Any, A
     return dict(zip(jobs, pool.map(lambda job: job(), jobs.values())))
 
 
+class ShapeDispatch:
+  """A jitted or pmapped `fn` and the programs compiled ahead for it (`compile_ahead`), by
+  the shapes of the arguments at `keyed` (the others, such as the parameters, keep theirs
+  through a run) and the values of those at `static`: a call runs the program of its
+  shapes, or `fn` itself, which compiles at its first call as jit does, for shapes not
+  compiled ahead. The trainer's steps, the beam search's parts and the benchmarks' cases all
+  go through one, so that a run's programs compile before its first step, side by side."""
+
+  def __init__(self, fn: Callable, keyed: tuple[int, ...], static: tuple[int, ...] = ()):
+    self.fn, self.keyed, self.static = fn, keyed, static
+    self.programs: dict[tuple, Any] = {}
+
+  def key(self, args: tuple) -> tuple:
+    """Which program fits `args`: the keyed arguments' shapes and dtypes, the static values."""
+    return (tuple((tuple(x.shape), str(x.dtype)) for i in self.keyed
+                  for x in jax.tree_util.tree_leaves(args[i]))
+            + tuple(args[i] for i in self.static))
+
+  def __call__(self, *args: Any) -> Any:
+    program = self.programs.get(self.key(args)) if self.programs else None
+    if program is None:
+      return self.fn(*args)
+    return program(*(a for i, a in enumerate(args) if i not in self.static))
+
+  def plans(self) -> dict[tuple, int | None]:
+    """`planned_bytes` of each program compiled ahead, by its key."""
+    return {key: planned_bytes(program) for key, program in self.programs.items()}
+
+
+def compile_ahead(calls: list[tuple[ShapeDispatch, tuple]], workers: int) -> int:
+  """Compiles each call's program (arguments may be shapes, `jax.ShapeDtypeStruct`s) that its
+  ShapeDispatch does not have yet, `workers` at a time; returns how many it compiled."""
+  jobs, owners = {}, {}
+  for dispatch, args in calls:
+    key = (id(dispatch), dispatch.key(args))
+    if key[1] not in dispatch.programs and key not in jobs:
+      jobs[key] = lambda d=dispatch, a=args: d.fn.lower(*a).compile()
+      owners[key] = dispatch
+  for (_, key), program in compile_all(jobs, workers).items():
+    owners[(_, key)].programs[key] = program
+  return len(jobs)
+
+
 def planned_bytes(compiled: Any) -> int | None:
   """Device bytes a compiled program holds while it runs, by XLA's buffer assignment: its
   arguments, its outputs that reuse no donated argument, and its temporaries (one block on

@@ -103,7 +103,8 @@ class TrainBench:
   """One train-step measurement made ready: the trainer's pmapped step and a batch on the
   devices. `compile()` builds its program ahead from the state's shapes alone, so that several
   cases can be compiled at once (as the trainer does before its first step) and then timed
-  one at a time, each holding device memory only while it is timed."""
+  one at a time, each holding device memory only while it is timed. `p_train` dispatches
+  to that program once it is compiled (`parallel.ShapeDispatch`, as the trainer's steps)."""
   cfg: Any
   workload: str
   num_devices: int
@@ -121,12 +122,13 @@ class TrainBench:
     from t2t_jax import parallel, train
     return parallel.replicate(train.init_state(self.cfg, self.optimizer), self.num_devices)
 
-  def compile(self) -> Any:
+  def compile(self) -> int:
+    """Compiles the step for the bench's batch from the state's shapes; how many programs."""
     import jax
     from t2t_jax import parallel, train
     shapes = jax.eval_shape(lambda: train.init_state(self.cfg, self.optimizer))
     state = parallel.replicated_shapes(shapes, self.num_devices)  # as `new_state` places it
-    return self.p_train.lower(state, self.arrays, self.rngs).compile()
+    return parallel.compile_ahead([(self.p_train, (state, self.arrays, self.rngs))], 1)
 
 
 def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
@@ -144,7 +146,8 @@ def prepare_train(cfg, workload: str, num_devices: int, batch: int, length: int,
                        "train.max_tokens_per_batch": batch * length // num_devices})
   optimizer = optim.make_optimizer(cfg)
   devices = jax.local_devices()[:num_devices]
-  p_train, _ = train.make_steps(cfg, optimizer, devices=devices)
+  p_train = parallel.ShapeDispatch(train.make_steps(cfg, optimizer, devices=devices)[0],
+                                   keyed=(1,))
   rng = np.random.default_rng(0)
   shape = (num_devices, accum, batch // num_devices, length)
   arrays = {k: rng.integers(4, cfg.model.vocab_size, size=shape).astype(np.int32)
@@ -177,11 +180,12 @@ def bench_train(cfg, workload: str, num_devices: int, batch: int, length: int,
 
 
 def time_train(bench: TrainBench, repeats: int, min_steps: int = 1, peak_n: int = 2048,
-               program: Any = None, compile_seconds: float | None = None) -> dict[str, Any]:
-  """Times `bench`'s step: with `program` (its step compiled ahead, in `compile_seconds`),
-  else the pmapped step, whose first call compiles it."""
+               compile_seconds: float | None = None) -> dict[str, Any]:
+  """Times `bench`'s step: its program compiled ahead (`bench.compile()`, in
+  `compile_seconds`), else the pmapped step, whose first call compiles it."""
   import jax
-  step = program or bench.p_train
+  step = bench.p_train
+  ahead = bool(step.programs)
   state, arrays, rngs = bench.new_state(), bench.arrays, bench.rngs
   start = time.perf_counter()
   state, metrics = step(state, arrays, rngs)
@@ -223,8 +227,7 @@ def time_train(bench: TrainBench, repeats: int, min_steps: int = 1, peak_n: int 
   batch, accum, length = bench.batch, bench.accum, bench.length
   tokens = batch * length * accum
   flops = train_flops(m, batch * accum, length, length)
-  ahead = {} if program is None else {"compiled_ahead": True,
-                                      "first_call_seconds": round(first_call_s, 2)}
+  ahead = {"compiled_ahead": True, "first_call_seconds": round(first_call_s, 2)} if ahead else {}
   return {"what": "train", "workload": bench.workload, "devices": bench.num_devices,
           "dtype": m.dtype, "batch": batch, "accum": accum, "length": length,
           "sentences": bench.sentences, "most_sentences_in_a_row": bench.most_in_a_row,

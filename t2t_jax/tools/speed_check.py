@@ -119,8 +119,9 @@ def _train_bench(name: str, quick: bool, sets: dict[str, Any], n: int):
 
 def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int,
                 ahead: tuple[Any, ...] | BaseException | None = None) -> dict[str, Any]:
-  """One train case timed: `ahead` is what `_compile_cases` made of it (its bench, micro-batch,
-  program and compile seconds, or the error it met), else it is made and compiled here."""
+  """One train case timed: `ahead` is what `_compile_cases` made of it (its bench, compiled,
+  its micro-batch and compile seconds, or the error it met), else it is made and compiled
+  here."""
   from t2t_jax import model
   from t2t_jax.tools import bench_step
   if isinstance(ahead, BaseException):
@@ -132,9 +133,9 @@ def _train_case(name: str, quick: bool, sets: dict[str, Any], n: int,
       raise ahead from None
     first = str(ahead).splitlines()[0] if str(ahead) else ""
     return {**r, "compile_ahead_error": f"{type(ahead).__name__}: {first}"[:500]}
-  bench, micro, program, seconds = ahead or (*_train_bench(name, quick, sets, n), None, None)
+  bench, micro, seconds = ahead or (*_train_bench(name, quick, sets, n), None)
   r = bench_step.time_train(bench, repeats=3, min_steps=10, peak_n=1024 if quick else 8192,
-                            program=program, compile_seconds=seconds)
+                            compile_seconds=seconds)
   r.update(micro_batch_tokens_auto=micro, sets=sets,
            params=model.count_params(model.abstract_params(bench.cfg.model)))
   memory = _peak_memory()
@@ -154,7 +155,8 @@ def _compile_cases(cases: list[tuple[str, dict[str, Any]]], quick: bool, n: int,
   def timed(bench):
     t0 = time.time()
     try:
-      return bench.compile(), round(time.time() - t0, 2)
+      bench.compile()
+      return None, round(time.time() - t0, 2)
     except Exception as e:  # this case's failure, not the others'
       return e, None
   benches = {}
@@ -168,8 +170,8 @@ def _compile_cases(cases: list[tuple[str, dict[str, Any]]], quick: bool, n: int,
   workers = min(os.cpu_count() or 1, len(benches))
   compiled = parallel.compile_all({k: (lambda b=b: timed(b[0])) for k, b in benches.items()},
                                   workers)
-  for key, (program, seconds) in compiled.items():
-    made[key] = program if seconds is None else (*benches[key], program, seconds)
+  for key, (error, seconds) in compiled.items():
+    made[key] = error if seconds is None else (*benches[key], seconds)
   return {"programs": sum(seconds is not None for _, seconds in compiled.values()),
           "workers": workers, "seconds": round(time.time() - t0, 1),
           "failed": sorted(k for k, v in made.items() if isinstance(v, BaseException))}
