@@ -31,7 +31,7 @@ import optax
 
 from t2t_jax import (backend, bookkeeping, checkpoints, cpu_kernels, input_pipeline, model,
                      optim, parallel)
-from t2t_jax.config import ExperimentConfig, ModelConfig
+from t2t_jax.config import ExperimentConfig, ModelConfig, TrainConfig
 from t2t_jax.data_sources import DataError
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import PAD_ID
@@ -354,34 +354,27 @@ def make_steps(cfg: ExperimentConfig, optimizer: optax.GradientTransformation, d
   return p_train, p_eval
 
 
-class StepPrograms:
-  """The pmapped train and eval steps, compiled for every batch shape a run will meet before
-  its first step (`compile_ahead`), so that no step waits for a compilation: a run that met
-  each of its 27 length buckets for the first time mid-epoch compiled each then (41 s a shape
-  for base on an H200). Shapes not compiled ahead fall back to the pmapped functions, as
-  every shape does in a multi-process job (its lowering needs global batch shapes)."""
+class TrainPrograms:
+  """The pmapped train and eval steps, each dispatched by batch shape to its program compiled
+  before the first step (`parallel.ShapeDispatch`), so that no step waits for a compilation:
+  a run that met each of its 27 length buckets for the first time mid-epoch compiled each
+  then (41 s a shape for base on an H200). A shape not compiled ahead runs the pmapped
+  function, as every shape does in a multi-process job (its lowering needs global batch
+  shapes)."""
 
-  def __init__(self, p_train, p_eval):
-    self.p_train, self.p_eval = p_train, p_eval
-    self.train: dict[tuple[int, ...], Any] = {}
-    self.eval: dict[tuple[int, ...], Any] = {}
+  def __init__(self, cfg: ExperimentConfig, optimizer: optax.GradientTransformation):
+    p_train, p_eval = make_steps(cfg, optimizer)
+    self.train_step = parallel.ShapeDispatch(p_train, keyed=(1,))  # by the batch's shapes
+    self.eval_step = parallel.ShapeDispatch(p_eval, keyed=(1,))
 
-  def compile_ahead(self, state: TrainState, run_key: jax.Array, factor: jax.Array,
-                    train_shapes: list[tuple[int, ...]], eval_shapes: list[tuple[int, ...]],
-                    workers: int) -> int:
-    """Compiles the steps of the given batch shapes, `workers` at a time; returns how many
-    programs were compiled."""
+  def calls(self, state: TrainState, run_key: jax.Array, factor: jax.Array,
+            train_shapes: list[tuple[tuple[int, ...], ...]],
+            eval_shapes: list[tuple[tuple[int, ...], ...]]) -> list[tuple[Any, tuple]]:
+    """What `parallel.compile_ahead` compiles for these (inputs, targets) shape pairs."""
     batch = lambda shapes: {k: jax.ShapeDtypeStruct(shape, jnp.int32)
                             for k, shape in zip(("inputs", "targets"), shapes)}
-    jobs = {("train", shape): lambda s=shape: self.p_train.lower(
-                state, batch(s), run_key, factor).compile()
-            for shape in train_shapes if shape not in self.train}
-    jobs.update({("eval", shape): lambda s=shape: self.p_eval.lower(
-                     state.params, batch(s)).compile()
-                 for shape in eval_shapes if shape not in self.eval})
-    for (step, shape), program in parallel.compile_all(jobs, workers).items():
-      (self.train if step == "train" else self.eval)[shape] = program
-    return len(jobs)
+    return ([(self.train_step, (state, batch(s), run_key, factor)) for s in train_shapes] +
+            [(self.eval_step, (state.params, batch(s))) for s in eval_shapes])
 
   def memory_plans(self, state: TrainState, setting: int | str, held: int = 0
                    ) -> list[MemoryPlan]:
@@ -391,24 +384,15 @@ class StepPrograms:
     the parameters). Their batches are sized by `train.max_tokens_per_batch`."""
     state_bytes, params_bytes = replica_bytes(state), replica_bytes(state.params)
     plans = []
-    for kind, programs, besides in (("train", self.train, held),
-                                    ("eval", self.eval, held + state_bytes - params_bytes)):
-      for (inputs, targets), program in programs.items():
-        planned = parallel.planned_bytes(program)
+    for kind, dispatch, besides in (("train", self.train_step, held),
+                                    ("eval", self.eval_step, held + state_bytes - params_bytes)):
+      for ((inputs, _), (targets, _)), planned in dispatch.plans().items():
         if planned is not None:  # targets [devices, (accumulation,) rows, length]
           plans.append(MemoryPlan(
               f"the {kind} step of inputs {'x'.join(map(str, inputs))} and targets "
               f"{'x'.join(map(str, targets))}", planned + besides, state_bytes + held,
               targets[-2] * targets[-1], "train.max_tokens_per_batch", setting))
     return plans
-
-  def train_step(self, state: TrainState, batch: dict[str, jax.Array], run_key: jax.Array,
-                 factor: jax.Array):
-    program = self.train.get(batch_shapes(batch), self.p_train)
-    return program(state, batch, run_key, factor)
-
-  def eval_step(self, params: Any, batch: dict[str, jax.Array]):
-    return self.eval.get(batch_shapes(batch), self.p_eval)(params, batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -511,350 +495,540 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   t = cfg.train
   startup = bookkeeping.StartUp()
   startup.mark("set-up")  # imports, flags, the backend
-  if t.init_from:  # before any data preparation: a wrong source is a one-line error at once
+  fresh, recorded = check_workdir(cfg, workdir)
+  ds = load_data(cfg, workdir, fresh)
+  startup.mark("data")
+  optimizer = optim.make_optimizer(cfg)
+  ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
+                                  async_save=t.async_checkpoints)
+  start = start_state(cfg, optimizer, ckpt, workdir, ds, fresh, recorded)
+  startup.mark("state")  # parameters and optimiser state, made or restored
+  print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
+        f"{ds.num_devices} device(s), {t.tokens_per_step:,d} tokens per step per side, "
+        f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
+        f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
+        f"steps, workdir {workdir}", flush=True)
+  run = Run.make(cfg, ds, ckpt, optimizer, workdir, start)
+  # Shapes first: the batches' thread below then has the data set to itself.
+  train_shapes, eval_shapes = run.shapes_to_compile()
+  batches = parallel.Prefetcher(ds.batch, start.step, t.prefetch_batches,
+                                place=functools.partial(parallel.shard,
+                                                        n_devices=ds.num_devices),
+                                stop_requested=run.stop_requested)
+  try:
+    with bookkeeping.StopRequest() as stop, bookkeeping.CompileCounter() as compiles:
+      run.stop = stop
+      state = compile_ahead(run, train_shapes, eval_shapes, startup)
+      check_memory(run, state)
+      state = train_loop(run, state, batches, compiles)
+      finish(run, state, compiles)
+  finally:
+    batches.close()
+    ckpt.close()
+    run.metrics_log.close()
+  host = parallel.unreplicate(state)
+  return host, run.stop.signal_name, int(host.step) >= t.steps or run.clock.budget_spent
+
+
+# ---------------------------------------------------------------------------------------
+# The stages of a run, in the order `train_and_evaluate` takes them
+
+
+def check_workdir(cfg: ExperimentConfig, workdir: str) -> tuple[bool, bool]:
+  """(fresh: nothing trained in `workdir` yet, recorded: its experiment.json was there or is
+  new). A wrong `train.init_from` or another model's workdir is a one-line error now,
+  before any data preparation."""
+  if cfg.train.init_from:
     bookkeeping.check_init_from(cfg)
   bookkeeping.check_workdir(cfg, workdir)
-  fresh = not bookkeeping.has_checkpoints(workdir)  # nothing trained here yet: nothing to be refused
+  fresh = not bookkeeping.has_checkpoints(workdir)  # nothing to be refused
   recorded = True
   if jax.process_index() == 0:
     recorded = bookkeeping.write_run_info(cfg, workdir)
   elif not fresh:
     bookkeeping.check_run_info(cfg, workdir)
-  devices = jax.local_devices()
-  n_dev = len(devices)
-  # Process 0 prepares the corpus alone; the others then find its cache (or, on a folder of
-  # their own, prepare theirs).
+  return fresh, recorded
+
+
+def load_data(cfg: ExperimentConfig, workdir: str, fresh: bool) -> input_pipeline.Dataset:
+  """The prepared corpus: process 0 prepares it alone, the others then find its cache (or,
+  on a folder of their own, prepare theirs); the workdir keeps its vocabulary."""
   directory = parallel.process_zero_first(lambda: input_pipeline.prepared_dir(cfg),
                                           "prepare the data")
-  ds = input_pipeline.load(cfg, num_devices=n_dev, process_index=jax.process_index(),
+  ds = input_pipeline.load(cfg, num_devices=jax.local_device_count(),
+                           process_index=jax.process_index(),
                            process_count=jax.process_count(), directory=directory)
   if jax.process_index() == 0:
     input_pipeline.record_vocab(workdir, ds.directory, replace=fresh)
   else:
     input_pipeline.check_vocab([workdir], ds.directory)
-  startup.mark("data")
-  optimizer = optim.make_optimizer(cfg)
-  # A new run makes its parameters while its steps compile, which needs their shapes alone:
-  # initialising is a program of its own to compile and run (base: 16 s on a 2-core Xeon).
-  # A resumed run reads them into the shapes, a fine-tuned one from its source; neither
-  # initialises.
+  return ds
+
+
+@dataclasses.dataclass
+class Start:
+  """Where a run starts: its state on the host (or its shapes alone, while `initialising`
+  makes the values beside the compilations), the step it has done, the state's shapes."""
+  state: TrainState
+  step: int
+  shapes: TrainState
+  initialising: Any = None  # a Future of the replicated new state
+
+
+def start_state(cfg: ExperimentConfig, optimizer: optax.GradientTransformation,
+                ckpt: checkpoints.Checkpointer, workdir: str, ds: input_pipeline.Dataset,
+                fresh: bool, recorded: bool) -> Start:
+  """The newest checkpoint's state, read into the state's shapes; else `train.init_from`'s
+  parameters (fine-tuning); else new ones. A new run in one process makes them in a thread
+  while its steps compile, which needs their shapes alone: initialising is a program of its
+  own to compile and run (base: 16 s on a 2-core Xeon)."""
+  t = cfg.train
   shapes = jax.eval_shape(functools.partial(init_state, cfg, optimizer))
   beside = fresh and not t.init_from and jax.process_count() == 1
-  initialising = None
+  initialising = initialise_beside(cfg, optimizer, ds.num_devices) if beside else None
+  restored = restore(cfg, ckpt, shapes)
+  if not recorded:  # the record was missing: the checkpoints restored, so they are this model
+    bookkeeping.write_run_info(cfg, workdir, restored=True)
+  if restored is not None:
+    print(f"resuming from checkpoint {restored[1]} in {ckpt.directory}", flush=True)
+    return Start(restored[0], restored[1], shapes)
+  if t.init_from:
+    bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
+    return Start(initial_state(cfg, optimizer), 0, shapes)
   if beside:
-    import concurrent.futures
-    def initialise() -> TrainState:
-      with bookkeeping.uncounted_compilations():
-        return parallel.replicate(init_state(cfg, optimizer), n_dev)
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    initialising = pool.submit(initialise)
-    pool.shutdown(wait=False)  # its thread ends with the job, not idle for the whole run
-  state = shapes  # until the values come: restored, from init_from, or initialised
-  n_params = model.count_params(shapes.params)
-  ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
-                                  async_save=t.async_checkpoints)
-  on_first_device = jax.sharding.SingleDeviceSharding(devices[0])  # where init_state puts them
+    return Start(shapes, 0, shapes, initialising)
+  return Start(init_state(cfg, optimizer), 0, shapes)
+
+
+def initialise_beside(cfg: ExperimentConfig, optimizer: optax.GradientTransformation,
+                      n_dev: int) -> Any:
+  """A Future of the new run's state on the devices, made in a thread whose compilations
+  are not counted as the run's."""
+  import concurrent.futures
+
+  def initialise() -> TrainState:
+    with bookkeeping.uncounted_compilations():
+      return parallel.replicate(init_state(cfg, optimizer), n_dev)
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  future = pool.submit(initialise)
+  pool.shutdown(wait=False)  # its thread ends with the job, not idle for the whole run
+  return future
+
+
+def restore(cfg: ExperimentConfig, ckpt: checkpoints.Checkpointer, shapes: TrainState
+            ) -> tuple[TrainState, int] | None:
+  """The newest checkpoint that restores, placed where `init_state` puts a state, and its
+  step; every process of a job agrees on it (or on the error, raised on all at once)."""
+  on_first_device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   try:
     restored, error = ckpt.restore_latest(jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_first_device),
         shapes)), None
-  except UserError as e:  # raised below, on every process at once
+  except UserError as e:
     restored, error = None, str(e)
-  restored = ckpt.agree(restored, error, bookkeeping.config_fingerprint(cfg))
-  start_step = 0
-  if restored is not None:
-    state, start_step = restored
-    print(f"resuming from checkpoint {start_step} in {ckpt.directory}", flush=True)
-  if not recorded:  # the record was missing: the checkpoints restored, so they are this model
-    bookkeeping.write_run_info(cfg, workdir, restored=True)
-  elif t.init_from:
-    bookkeeping.check_init_vocabulary(t.init_from, ds.directory)
-    state = initial_state(cfg, optimizer)
-  if state is shapes and not beside:  # nothing restored, nor initialising beside the compiles
-    state = init_state(cfg, optimizer)
-  startup.mark("state")  # parameters and optimiser state, made or restored
-  print(f"experiment {cfg.name}: {n_params:,d} parameters, {n_dev} device(s), "
-        f"{t.tokens_per_step:,d} tokens per step per side, {ds.accum_steps} accumulation "
-        f"step(s) of up to {ds.micro_batch_tokens:,d} tokens per device"
-        f"{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} steps, "
-        f"workdir {workdir}", flush=True)
-  metrics_log = bookkeeping.MetricsLog(workdir, start_step, enabled=jax.process_index() == 0)
-  programs = StepPrograms(*make_steps(cfg, optimizer))
-  state = (parallel.replicated_shapes(shapes, n_dev) if beside else
-           parallel.replicate(state, n_dev))
-  run_key = parallel.replicate(jax.random.PRNGKey(t.seed), n_dev)
-  last_ckpt_step, last_ckpt_time = start_step, time.time()
-  start_time = time.time()
-  window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
-  pending = []
-  budget = 60 * t.max_train_minutes
-  single = jax.process_count() == 1
-  stats, shapes_seen, evals_done = bookkeeping.LoopStats(), set(), 0
-  factor_value, factor_on_devices = None, None
+  return ckpt.agree(restored, error, bookkeeping.config_fingerprint(cfg))
 
-  def agreed(stop_requested: bool, checkpoint_due: bool) -> tuple[bool, bool, bool, float]:
-    """(stop, checkpoint due, budget spent, cooldown factor), the same on every process: the
-    flags of any process, and the training time across resumes by the latest clock."""
+
+class Clock:
+  """The run's training time across resumes, its time budget (`train.max_train_minutes`) and
+  the learning-rate factor of the budget's cooldown, as every process of a job agrees."""
+
+  def __init__(self, t: TrainConfig, elapsed_before: float, n_dev: int):
+    self.t, self.n_dev = t, n_dev
+    self.start, self.before = time.time(), elapsed_before
+    self.budget = 60 * t.max_train_minutes
+    self.budget_spent, self.lr_factor = False, 1.0
+    self._factor = (None, None)  # (value, on the devices)
+
+  def elapsed(self) -> float:
+    """Wall-clock training time, across resumes."""
+    return time.time() - self.start + self.before
+
+  def agree(self, stop_requested: bool, checkpoint_due: bool) -> tuple[bool, bool]:
+    """(stop, checkpoint due) of any process; the budget by the latest clock."""
     (stop_requested, checkpoint_due), trained_sec = parallel.any_process(
-        [stop_requested, checkpoint_due], time.time() - start_time + metrics_log.elapsed_before)
-    return (stop_requested, checkpoint_due, budget > 0 and trained_sec >= budget,
-            optim.budget_ramp(trained_sec, budget, 60 * t.cooldown_minutes))
+        [stop_requested, checkpoint_due], self.elapsed())
+    self.budget_spent = self.budget > 0 and trained_sec >= self.budget
+    self.lr_factor = optim.budget_ramp(trained_sec, self.budget, 60 * self.t.cooldown_minutes)
+    return stop_requested, checkpoint_due
 
-  _, _, budget_spent, lr_factor = agreed(False, False)
-  if budget_spent:
-    print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs", flush=True)
+  def factor_on_devices(self) -> jax.Array:
+    """`lr_factor` replicated, placed again only when it changes (a time-budget cooldown)."""
+    if self._factor[0] != self.lr_factor:
+      self._factor = (self.lr_factor,
+                      parallel.replicate(np.float32(self.lr_factor), self.n_dev))
+    return self._factor[1]
 
-  def save(step: int, on_signal: bool = False) -> None:
-    nonlocal last_ckpt_step, last_ckpt_time
+
+class Saver:
+  """Checkpoints on the schedule and on a signal; the step and time of the newest."""
+
+  def __init__(self, ckpt: checkpoints.Checkpointer, step: int):
+    self.ckpt, self.step, self.time = ckpt, step, time.time()
+
+  def save(self, state: TrainState, step: int, on_signal: bool = False) -> None:
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
-    with bookkeeping.checkpoint_errors(ckpt, step):
-      path = ckpt.save(step, host, on_signal=on_signal)
-    last_ckpt_step, last_ckpt_time = step, time.time()
-    print(f"{'saving' if ckpt.async_save and not on_signal else 'saved'} checkpoint {path}",
-          flush=True)
+    with bookkeeping.checkpoint_errors(self.ckpt, step):
+      path = self.ckpt.save(step, host, on_signal=on_signal)
+    self.step, self.time = step, time.time()
+    print(f"{'saving' if self.ckpt.async_save and not on_signal else 'saved'} checkpoint "
+          f"{path}", flush=True)
 
-  def collect() -> list[dict[str, Any]]:
-    """The metrics of the steps run since the last action, fetched from the devices; a
-    non-finite loss among them stops training with the last good checkpoint named."""
-    nonlocal pending, window_tokens, window_loss
-    fetched = [{k: parallel.first(v) for k, v in m.items()} for m in pending]
-    pending = []
+
+class Progress:
+  """The metrics of the steps dispatched since the last action, and the log window's sums:
+  the token-weighted mean loss and tokens/s of the progress line."""
+
+  def __init__(self):
+    self.pending: list[dict[str, jax.Array]] = []
+    self.tokens, self.loss, self.since = 0.0, 0.0, time.time()
+
+  def pace(self) -> None:
+    """Before a step is dispatched: at most two steps in flight, so the devices always have
+    the next step queued, and XLA:CPU's simulated devices, which can deadlock in their
+    collectives with many more, do not."""
+    if len(self.pending) >= 2:
+      jax.block_until_ready(self.pending[-2]["loss"])
+
+  def collect(self, state: TrainState, ckpt: checkpoints.Checkpointer
+              ) -> list[dict[str, Any]]:
+    """The pending metrics, fetched from the devices; a non-finite loss among them stops
+    training with the last good checkpoint named."""
+    fetched = [{k: parallel.first(v) for k, v in m.items()} for m in self.pending]
+    self.pending = []
     bad = int(parallel.first(state.bad_step))
     if bad >= 0:
       good = ckpt.steps()[-1] if ckpt.steps() else None
       where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
       raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
                       f"is {where} (try a lower learning rate or float32)")
-    window_tokens += sum(float(m["tokens"]) for m in fetched)
-    window_loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+    self.tokens += sum(float(m["tokens"]) for m in fetched)
+    self.loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
     return fetched
 
-  def log_line(step: int, fetched: list[dict[str, Any]]) -> dict[str, Any]:
-    """The progress line and its metrics.jsonl values; a new log window starts."""
-    nonlocal window_tokens, window_loss, window_start
+  def window(self) -> tuple[float, float, float]:
+    """(seconds, tokens/s, mean loss) of the window since the last line; a new one starts.
+    The mean is token-weighted: a single step's loss jumps with its row length."""
     now = time.time()
-    tok_s = window_tokens / max(now - window_start, 1e-9)
-    # Token-weighted mean over the steps since the last log line (or the resume): the
-    # single step's loss jumps with its length bucket.
-    loss_mean = window_loss / max(window_tokens, 1e-9)
-    host = stats.window(now - window_start, batches, compiles)
-    window_tokens, window_loss, window_start = 0.0, 0.0, now
-    elapsed = now - start_time
-    eta = elapsed / (step - start_step) * (t.steps - step)
-    elapsed += metrics_log.elapsed_before  # wall-clock training time across resumes
-    if budget:
-      eta = max(0.0, min(eta, budget - elapsed))
-    values = {"loss": float(fetched[-1]["loss"]), "nll": float(fetched[-1]["nll"]),
-              "loss_mean": round(loss_mean, 5),
-              "learning_rate": float(fetched[-1]["learning_rate"]),
-              "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3),
-              "time": round(now, 3), **host}
-    if budget_spent:
-      print(f"time budget of {t.max_train_minutes:g} min reached at step {step}", flush=True)
-      if t.cooldown_steps and step < t.steps:
-        print(f"warning: the learning-rate cooldown to 0 at step {t.steps} did not "
-              f"finish (lr {values['learning_rate']:.2e}); lower train.steps so the run "
-              f"fits the budget on this machine", flush=True)
-    print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
-          f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
-          f"host {host['host_ms_per_step']:.1f} ms/step | "
-          f"elapsed {bookkeeping.fmt_time(elapsed)} | ETA {bookkeeping.fmt_time(eta)}",
-          flush=True)
-    return values
+    seconds = now - self.since
+    out = (seconds, self.tokens / max(seconds, 1e-9), self.loss / max(self.tokens, 1e-9))
+    self.tokens, self.loss, self.since = 0.0, 0.0, now
+    return out
 
-  def compile_ahead(programs: StepPrograms, state: TrainState, run_key: jax.Array,
-                    factor: jax.Array) -> int:
-    """Compiles the train step of every batch shape of the epoch, the eval step of every
-    dev batch shape (the dev loss runs at least at the last step) and, with
-    `train.bleu_every_steps`, the dev BLEU's search, before the first step."""
-    train_shapes = ds.train_shapes()
+
+@dataclasses.dataclass
+class Due:
+  """The periodic actions after one step."""
+  log: bool
+  evaluate: bool
+  bleu: bool
+  checkpoint: bool
+  stop: bool
+
+  @property
+  def any(self) -> bool:
+    return self.log or self.evaluate or self.bleu or self.checkpoint
+
+
+@dataclasses.dataclass
+class Run:
+  """What the loop and its periodic actions share, set up once before the first step."""
+  cfg: ExperimentConfig
+  ds: input_pipeline.Dataset
+  programs: TrainPrograms
+  run_key: jax.Array
+  start: Start
+  metrics_log: bookkeeping.MetricsLog
+  clock: Clock
+  saver: Saver
+  progress: Progress
+  stats: bookkeeping.LoopStats
+  profiler: bookkeeping.Profiler
+  dev_bleu: bookkeeping.DevBleu | None
+  stop: bookkeeping.StopRequest | None = None
+  evaluations: int = 0
+
+  @classmethod
+  def make(cls, cfg: ExperimentConfig, ds: input_pipeline.Dataset,
+           ckpt: checkpoints.Checkpointer, optimizer: optax.GradientTransformation,
+           workdir: str, start: Start) -> "Run":
+    t, n_dev = cfg.train, ds.num_devices
+    metrics_log = bookkeeping.MetricsLog(workdir, start.step,
+                                         enabled=jax.process_index() == 0)
+    clock = Clock(t, metrics_log.elapsed_before, n_dev)
+    clock.agree(False, False)
+    if clock.budget_spent:
+      print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs",
+            flush=True)
+    # The dev BLEU's decoder, when a BLEU step remains. In one process its programs are
+    # compiled before step 1, so its batches keep their rows (`shrink=False`); the processes
+    # of a job compile as they go, and shrinking batches are faster.
+    bleu_steps = t.bleu_every_steps and t.steps // t.bleu_every_steps * t.bleu_every_steps
+    dev_bleu = (bookkeeping.DevBleu(cfg, ds, parallel.unreplicate(start.state.params)
+                                    if start.initialising is None else start.shapes.params,
+                                    shrink=jax.process_count() > 1)
+                if bleu_steps and bleu_steps > start.step and jax.process_index() == 0
+                else None)
+    state = (parallel.replicated_shapes(start.shapes, n_dev) if start.initialising else
+             parallel.replicate(start.state, n_dev))
+    return cls(cfg, ds, TrainPrograms(cfg, optimizer),
+               parallel.replicate(jax.random.PRNGKey(t.seed), n_dev),
+               dataclasses.replace(start, state=state), metrics_log, clock,
+               Saver(ckpt, start.step), Progress(), bookkeeping.LoopStats(),
+               bookkeeping.Profiler(t.profile_steps, workdir, start.step), dev_bleu)
+
+  def shapes_to_compile(self) -> tuple[list, list]:
+    """The batch shapes of the steps this run will take (every shape of the epoch, or of a
+    shorter run's steps alone), and of the dev loss, which runs at least at the last step;
+    none where no step remains or a multi-process job compiles as it goes (its programs
+    take host-local batches, which ahead-of-time pmap programs do not)."""
+    t = self.cfg.train
+    if (self.start.step >= t.steps or self.clock.budget_spent
+        or jax.process_count() > 1):
+      return [], []
+    train_shapes = self.ds.train_shapes(range(self.start.step, t.steps))
     try:
-      eval_shapes = sorted({batch_shapes(b) for b in ds.eval_batches(cfg.data.dev_split)})
+      eval_shapes = sorted({batch_shapes(b) for b in self.ds.eval_batches(
+          self.cfg.data.dev_split)})
     except DataError:
       eval_shapes = []  # no dev split: the evaluation says so when it comes
-    workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
-    startup.mark("the rest")  # placing the state, the dev BLEU's decoder, the shapes
-    age = bookkeeping.seconds_since_launch()
-    stats.launch_to_compiling_sec = None if age is None else round(age, 1)
-    stats.startup_sec = startup.seconds() or None
-    print((f"{age:.1f}s after launch ({startup.text()}): " if age is not None else "") +
-          f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
-          f"step for {len(eval_shapes)}, {workers} at a time"
-          + (", and beside them the dev BLEU search" if dev_bleu else ""), flush=True)
-    import concurrent.futures
-    # The search compiles beside the steps, not after them: on a GPU the train step's
-    # compilation (35-41 s for base on an H200) is the long pole.
-    with concurrent.futures.ThreadPoolExecutor(1) as beside:
-      searches = (beside.submit(dev_bleu.decoder.compile_ahead, dev_bleu.sources,
-                                os.cpu_count() or 1) if dev_bleu else None)
-      compiled = programs.compile_ahead(state, run_key, factor, train_shapes, eval_shapes,
-                                        workers)
-      return compiled + (searches.result() if searches else 0)
+    return train_shapes, eval_shapes
 
-  def memory_plans() -> list[MemoryPlan]:
-    """Every program compiled ahead, the dev BLEU's search among them: its decoder keeps a
-    copy of the parameters on the devices throughout, and decodes beside the trainer's
-    state in batches of `decode.batch_tokens`."""
-    copy = replica_bytes(dev_bleu.decoder.params) if dev_bleu else 0
-    plans = programs.memory_plans(state, t.max_tokens_per_batch, held=copy)
-    searched = dev_bleu.decoder.planned_bytes() if dev_bleu else None
-    if searched is not None:  # its plan takes the copy as an argument
-      (planned, tokens), state_bytes = searched, replica_bytes(state)
-      plans.append(MemoryPlan("the dev BLEU's search", planned + state_bytes,
-                              state_bytes + copy, tokens, "decode.batch_tokens",
-                              cfg.decode.batch_tokens))
-    return plans
+  def stop_requested(self) -> bool:
+    """A signal to this process (one process alone may stop while its input hangs; the
+    processes of a job stop together, at an agreed step)."""
+    return (jax.process_count() == 1 and self.stop is not None
+            and self.stop.signal_name is not None)
 
-  def dev_loss(step: int) -> dict[str, float]:
-    nonlocal evals_done
-    compiled = compiles.count
-    dev = evaluate_loss(programs.eval_step, state.params, ds, cfg.data.dev_split)
-    if evals_done:  # the first evaluation compiles each dev batch shape once
-      stats.compiles_after_warmup += compiles.count - compiled
-    evals_done += 1
-    print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
-          flush=True)
-    return dev
 
-  def bleu_line(step: int) -> dict[str, Any]:
-    compiled = compiles.count
-    found = dev_bleu(state.params)
-    # Its search was compiled before step 1 (`compile_ahead`): anything compiled here is
-    # counted as the loop's.
-    stats.compiles_after_warmup += compiles.count - compiled
-    print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
-          f"{len(dev_bleu.sources)} sentences, {dev_bleu.search}, "
-          f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
-    return found
+def compile_ahead(run: Run, train_shapes: list, eval_shapes: list,
+                  startup: bookkeeping.StartUp) -> TrainState:
+  """Compiles the train step of every batch shape the run will meet, the eval step of every
+  dev batch shape and, when a dev BLEU step remains, the dev BLEU's search, side by side
+  before step 1; returns the state's values. A new run compiles from the state's shapes
+  while its values are made; should compiling from shapes fail (a JAX version), it warns and
+  compiles from the values."""
+  state, initialising = run.start.state, run.start.initialising
+  if train_shapes:
+    began = time.time()
+    try:
+      run.stats.compiled_ahead = _compile(run, state, train_shapes, eval_shapes, startup)
+    except UserError:
+      raise  # the user's to fix (a setting this backend lacks), not the shapes'
+    except Exception as e:
+      if initialising is None:
+        raise
+      print(f"warning: compiling from the state's shapes failed "
+            f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); compiling "
+            f"from its values", file=sys.stderr, flush=True)
+      state, initialising = initialising.result(), None
+      if run.dev_bleu:
+        run.dev_bleu.place(state.params)
+      run.stats.compiled_ahead = _compile(run, state, train_shapes, eval_shapes, startup)
+    run.stats.compile_ahead_sec = round(time.time() - began, 3)
+    print(f"compiled {run.stats.compiled_ahead} program(s) before the first step in "
+          f"{run.stats.compile_ahead_sec:.1f}s", flush=True)
+  return state if initialising is None else initialising.result()
 
-  # Batches for steps start_step + 1, ... (ds.batch counts from 0), made and placed ahead.
-  profiler = bookkeeping.Profiler(t.profile_steps, workdir, start_step)
-  dev_bleu = (bookkeeping.DevBleu(cfg, ds, shapes.params if beside else
-                                  parallel.unreplicate(state.params))
-              if t.bleu_every_steps and jax.process_index() == 0 else None)
-  # The stop handler, once the loop has installed it. One process alone may stop while its
-  # input hangs; the processes of a job stop together, at an agreed step.
-  stop_box: list[bookkeeping.StopRequest] = []
-  batches = parallel.Prefetcher(ds.batch, start_step, t.prefetch_batches,
-                                place=functools.partial(parallel.shard, n_devices=n_dev),
-                                stop_requested=lambda: single and bool(stop_box) and
-                                stop_box[0].signal_name is not None)
-  try:
-    with bookkeeping.StopRequest() as stop, bookkeeping.CompileCounter() as compiles:
-      stop_box.append(stop)
-      factor_value = lr_factor
-      factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
-      # Ahead-of-time pmap programs take host-local batches in one process only; the
-      # processes of a multi-process job compile each shape when they first meet it.
-      if start_step < t.steps and not budget_spent and jax.process_count() == 1:
-        compile_start = time.time()
-        try:
-          stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
-        except Exception as e:
-          if initialising is None:
-            raise
-          # Compiled from shapes, not values: should a JAX version refuse that, the run
-          # compiles from the values instead, as it did before it made them beside.
-          print(f"warning: compiling from the state's shapes failed "
-                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); compiling "
-                f"from its values", file=sys.stderr, flush=True)
-          state, initialising = initialising.result(), None
-          if dev_bleu:
-            dev_bleu.place(state.params)
-          stats.compiled_ahead = compile_ahead(programs, state, run_key, factor_on_devices)
-        stats.compile_ahead_sec = round(time.time() - compile_start, 3)
-        print(f"compiled {stats.compiled_ahead} program(s) before the first step in "
-              f"{stats.compile_ahead_sec:.1f}s", flush=True)
-      if initialising is not None:  # the values of the shapes compiled for
-        state = initialising.result()
-        initialising = None
-      if stats.compiled_ahead:
-        limit = backend.device_memory_bytes()  # None on CPU: host memory is not XLA's
-        if limit is not None:
-          plans = memory_plans()
-          line = check_device_memory(plans, limit)
-          if line:
-            stats.largest_plan_bytes = max(p.bytes for p in plans)
-            print(line, flush=True)
-      for step in range(start_step + 1, t.steps + 1):
-        if budget_spent:
-          break
-        cpu, compiled = time.thread_time(), compiles.count
-        try:
-          batch = next(batches)
-        except parallel.WaitStopped:  # the input hangs and a signal asks to stop: stop now
-          break
-        if lr_factor != factor_value:  # changes only in a time-budget cooldown
-          factor_value = lr_factor
-          factor_on_devices = parallel.replicate(np.float32(lr_factor), n_dev)
-        if len(pending) >= 2:
-          # At most two steps in flight: the devices always have the next step queued, and
-          # XLA:CPU's simulated devices can deadlock in their collectives with many more.
-          jax.block_until_ready(pending[-2]["loss"])
-        profiler.before(step)
-        state, metrics = programs.train_step(state, batch, run_key, factor_on_devices)
-        profiler.after(step, state)
-        pending.append(metrics)
-        # Every process of a multi-process job must take the same steps and checkpoints.
-        stop_now = ckpt_due = False
-        if (single or step % t.sync_every_steps == 0 or step % t.log_every_steps == 0 or
-            step % t.checkpoint_every_steps == 0 or step % t.eval_every_steps == 0 or
-            step == t.steps):
-          stop_now, ckpt_due, budget_spent, lr_factor = agreed(
-              stop.signal_name is not None,
-              time.time() - last_ckpt_time >= 60 * t.checkpoint_every_minutes)
-          if stop_now:
-            stop.signal_name = stop.signal_name or "a signal to another process"
-        last = step == t.steps or budget_spent
-        log_now = (step % t.log_every_steps == 0 or last or
-                   bool(t.bleu_every_steps and step % t.bleu_every_steps == 0))
-        eval_now = step % t.eval_every_steps == 0 or last
-        ckpt_now = step % t.checkpoint_every_steps == 0 or last or ckpt_due
-        shape = batch_shapes(batch)
-        if shape in shapes_seen:
-          stats.compiles_after_warmup += compiles.count - compiled
-        shapes_seen.add(shape)
-        acting = log_now or eval_now or ckpt_now
-        fetched = collect() if acting else None  # loop work: counted as host time
-        stats.steps += 1
-        stats.loop_cpu_sec += time.thread_time() - cpu
-        if not acting:
-          if stop_now:
-            break
-          continue
-        # The periodic actions: log, evaluate, dev BLEU, checkpoint.
-        values = log_line(step, fetched) if log_now else {}
-        if eval_now:
-          values.update(dev_loss(step))
-        if dev_bleu and step % t.bleu_every_steps == 0:
-          values.update(bleu_line(step))
-        if values:
-          metrics_log.write(step, values)
-        if ckpt_now:
-          save(step)
-        if stop_now:
-          break
-      if stop.signal_name:
-        done = int(parallel.first(state.step))
-        if done > last_ckpt_step:
-          save(done, on_signal=True)
-        print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
-              f"{os.path.join(ckpt.directory, str(last_ckpt_step))}", flush=True)
-    print(f"compilations: {compiles.count} ({stats.compiled_ahead} before the first step), "
-          f"{compiles.seconds:.1f}s in all; {stats.compiles_after_warmup} in the loop for a "
-          f"batch shape already met or the dev BLEU", flush=True)
-    if profiler.active:
-      profiler.stop(state)
-    with bookkeeping.checkpoint_errors(ckpt, last_ckpt_step):
-      ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
-  finally:
-    batches.close()
-    ckpt.close()
-    metrics_log.close()
-  host = parallel.unreplicate(state)
-  return host, stop.signal_name, int(host.step) >= t.steps or budget_spent
+
+def _compile(run: Run, state: TrainState, train_shapes: list, eval_shapes: list,
+             startup: bookkeeping.StartUp) -> int:
+  """`compile_ahead`'s compilations, with the start-up's line; how many programs."""
+  workers = min(os.cpu_count() or 1, len(train_shapes) + len(eval_shapes))
+  startup.mark("the rest")  # placing the state, the dev BLEU's decoder, the shapes
+  age = bookkeeping.seconds_since_launch()
+  run.stats.launch_to_compiling_sec = None if age is None else round(age, 1)
+  run.stats.startup_sec = startup.seconds() or None
+  print((f"{age:.1f}s after launch ({startup.text()}): " if age is not None else "") +
+        f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
+        f"step for {len(eval_shapes)}, {workers} at a time"
+        + (", and beside them the dev BLEU search" if run.dev_bleu else ""), flush=True)
+  import concurrent.futures
+  # The search compiles beside the steps, not after them: on a GPU the train step's
+  # compilation (35-41 s for base on an H200) is the long pole.
+  with concurrent.futures.ThreadPoolExecutor(1) as beside:
+    searches = (beside.submit(run.dev_bleu.decoder.compile_ahead, run.dev_bleu.sources,
+                              os.cpu_count() or 1) if run.dev_bleu else None)
+    calls = run.programs.calls(state, run.run_key, run.clock.factor_on_devices(),
+                               train_shapes, eval_shapes)
+    compiled = parallel.compile_ahead(calls, workers)
+    return compiled + (searches.result() if searches else 0)
+
+
+def check_memory(run: Run, state: TrainState) -> None:
+  """On GPU and TPU, every program compiled ahead against the memory XLA may allocate
+  (`check_device_memory`), the dev BLEU's search among them: its decoder keeps a copy of the
+  parameters on the devices throughout, and decodes beside the trainer's state in batches of
+  `decode.batch_tokens`. XLA:CPU reports no device memory: nothing to check."""
+  limit = backend.device_memory_bytes()
+  if limit is None or not run.stats.compiled_ahead:
+    return
+  t, dev_bleu = run.cfg.train, run.dev_bleu
+  copy = replica_bytes(dev_bleu.decoder.params) if dev_bleu else 0
+  plans = run.programs.memory_plans(state, t.max_tokens_per_batch, held=copy)
+  searched = dev_bleu.decoder.planned_bytes() if dev_bleu else None
+  if searched is not None:  # its plan takes the copy as an argument
+    (planned, tokens), state_bytes = searched, replica_bytes(state)
+    plans.append(MemoryPlan("the dev BLEU's search", planned + state_bytes,
+                            state_bytes + copy, tokens, "decode.batch_tokens",
+                            run.cfg.decode.batch_tokens))
+  line = check_device_memory(plans, limit)
+  if line:
+    run.stats.largest_plan_bytes = max(p.bytes for p in plans)
+    print(line, flush=True)
+
+
+def train_loop(run: Run, state: TrainState, batches: parallel.Prefetcher,
+               compiles: bookkeeping.CompileCounter) -> TrainState:
+  """The paper's training: one optimiser update a step, then whatever periodic actions are
+  due (log, evaluate, dev BLEU, checkpoint, stop). Host time and compilations in the loop
+  are counted (`LoopStats`); with its programs compiled ahead, the loop should compile
+  nothing."""
+  t = run.cfg.train
+  shapes_seen = set()
+  for step in range(run.start.step + 1, t.steps + 1):
+    if run.clock.budget_spent:
+      break
+    cpu, compiled = time.thread_time(), compiles.count
+    try:
+      batch = next(batches)
+    except parallel.WaitStopped:  # the input hangs and a signal asks to stop: stop now
+      break
+    run.progress.pace()
+    run.profiler.before(step)
+    state, metrics = run.programs.train_step(state, batch, run.run_key,
+                                             run.clock.factor_on_devices())
+    run.profiler.after(step, state)
+    run.progress.pending.append(metrics)
+    due = due_actions(run, step)
+    shape = batch_shapes(batch)  # without compiling ahead, each shape's first step compiles
+    if run.stats.compiled_ahead or shape in shapes_seen:
+      run.stats.compiles_after_warmup += compiles.count - compiled
+    shapes_seen.add(shape)
+    fetched = run.progress.collect(state, run.saver.ckpt) if due.any else None  # loop work
+    run.stats.steps += 1
+    run.stats.loop_cpu_sec += time.thread_time() - cpu
+    if due.any:
+      act(run, state, step, due, fetched, batches, compiles)
+    if due.stop:
+      break
+  return state
+
+
+def due_actions(run: Run, step: int) -> Due:
+  """Which periodic actions follow `step`. Every process of a job must take the same steps
+  and checkpoints: stop requests, checkpoints by time and the budget are agreed at the
+  steps when any action may be due (`train.sync_every_steps` at least)."""
+  t, stop = run.cfg.train, run.stop
+  stop_now = time_to_save = False
+  if (jax.process_count() == 1 or step % t.sync_every_steps == 0 or
+      step % t.log_every_steps == 0 or step % t.checkpoint_every_steps == 0 or
+      step % t.eval_every_steps == 0 or step == t.steps):
+    stop_now, time_to_save = run.clock.agree(
+        stop.signal_name is not None,
+        time.time() - run.saver.time >= 60 * t.checkpoint_every_minutes)
+    if stop_now:
+      stop.signal_name = stop.signal_name or "a signal to another process"
+  last = step == t.steps or run.clock.budget_spent
+  bleu = bool(run.dev_bleu and step % t.bleu_every_steps == 0)
+  return Due(log=step % t.log_every_steps == 0 or last or bleu,
+             evaluate=step % t.eval_every_steps == 0 or last, bleu=bleu,
+             checkpoint=step % t.checkpoint_every_steps == 0 or last or time_to_save,
+             stop=stop_now)
+
+
+def act(run: Run, state: TrainState, step: int, due: Due, fetched: list[dict[str, Any]],
+        batches: parallel.Prefetcher, compiles: bookkeeping.CompileCounter) -> None:
+  """The periodic actions due after `step`: the progress line, the dev loss, the dev BLEU
+  (written to metrics.jsonl together), the checkpoint."""
+  values = log_line(run, step, fetched, batches, compiles) if due.log else {}
+  if due.evaluate:
+    values.update(dev_loss(run, state, step, compiles))
+  if due.bleu:
+    values.update(dev_bleu(run, state, step, compiles))
+  if values:
+    run.metrics_log.write(step, values)
+  if due.checkpoint:
+    run.saver.save(state, step)
+
+
+def log_line(run: Run, step: int, fetched: list[dict[str, Any]],
+             batches: parallel.Prefetcher, compiles: bookkeeping.CompileCounter
+             ) -> dict[str, Any]:
+  """The progress line and its metrics.jsonl values; a new log window starts."""
+  t, clock = run.cfg.train, run.clock
+  seconds, tok_s, loss_mean = run.progress.window()
+  host = run.stats.window(seconds, batches, compiles)
+  trained = time.time() - clock.start
+  eta = trained / (step - run.start.step) * (t.steps - step)
+  elapsed = clock.elapsed()  # wall-clock training time across resumes
+  if clock.budget:
+    eta = max(0.0, min(eta, clock.budget - elapsed))
+  last = fetched[-1]
+  values = {"loss": float(last["loss"]), "nll": float(last["nll"]),
+            "loss_mean": round(loss_mean, 5), "learning_rate": float(last["learning_rate"]),
+            "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3),
+            "time": round(time.time(), 3), **host}
+  if clock.budget_spent:
+    print(f"time budget of {t.max_train_minutes:g} min reached at step {step}", flush=True)
+    if t.cooldown_steps and step < t.steps:
+      print(f"warning: the learning-rate cooldown to 0 at step {t.steps} did not "
+            f"finish (lr {values['learning_rate']:.2e}); lower train.steps so the run "
+            f"fits the budget on this machine", flush=True)
+  print(f"step {step:>7d}/{t.steps} | loss {loss_mean:.4f} | "
+        f"lr {values['learning_rate']:.2e} | {tok_s:,.0f} tok/s | "
+        f"host {host['host_ms_per_step']:.1f} ms/step | "
+        f"elapsed {bookkeeping.fmt_time(elapsed)} | ETA {bookkeeping.fmt_time(eta)}",
+        flush=True)
+  return values
+
+
+def dev_loss(run: Run, state: TrainState, step: int, compiles: bookkeeping.CompileCounter
+             ) -> dict[str, float]:
+  """The dev split's loss and perplexity. Without compiling ahead, the first evaluation
+  compiles each dev batch shape once; anything else compiled here is counted."""
+  compiled = compiles.count
+  dev = evaluate_loss(run.programs.eval_step, state.params, run.ds, run.cfg.data.dev_split)
+  if run.stats.compiled_ahead or run.evaluations:
+    run.stats.compiles_after_warmup += compiles.count - compiled
+  run.evaluations += 1
+  print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
+        flush=True)
+  return dev
+
+
+def dev_bleu(run: Run, state: TrainState, step: int, compiles: bookkeeping.CompileCounter
+             ) -> dict[str, Any]:
+  """The dev BLEU of the first `train.bleu_sentences` dev sentences; its search was compiled
+  before step 1, so anything compiled here is counted as the loop's."""
+  compiled = compiles.count
+  found = run.dev_bleu(state.params)
+  run.stats.compiles_after_warmup += compiles.count - compiled
+  print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
+        f"{len(run.dev_bleu.sources)} sentences, {run.dev_bleu.search}, "
+        f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
+  return found
+
+
+def finish(run: Run, state: TrainState, compiles: bookkeeping.CompileCounter) -> None:
+  """After the loop: a stopped run's checkpoint and the command that resumes it, the run's
+  compilations, the profile, and every checkpoint complete before evaluation or exit."""
+  saver, stop = run.saver, run.stop
+  if stop.signal_name:
+    done = int(parallel.first(state.step))
+    if done > saver.step:
+      saver.save(state, done, on_signal=True)
+    print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
+          f"{os.path.join(saver.ckpt.directory, str(saver.step))}", flush=True)
+  print(f"compilations: {compiles.count} ({run.stats.compiled_ahead} before the first step), "
+        f"{compiles.seconds:.1f}s in all; {run.stats.compiles_after_warmup} in the loop "
+        f"beyond what compiling ahead covered", flush=True)
+  if run.profiler.active:
+    run.profiler.stop(state)
+  with bookkeeping.checkpoint_errors(saver.ckpt, saver.step):
+    saver.ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
 
 
 def run_average(cfg: ExperimentConfig, workdir: str) -> str:

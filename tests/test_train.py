@@ -1271,41 +1271,40 @@ def test_an_update_is_applied_only_when_its_loss_and_gradients_are_finite():
   assert not bool(train.update_is_finite(jnp.float32(1.5), inf))
 
 
-def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop(tmp_path,
-                                                                                capsys):
-  """The train step of each length bucket and the eval step of each dev batch shape are
-  compiled before step 1 (a progress line says how many), and the loop compiles no step:
-  the run meets two of the three buckets' shapes and evaluates twice."""
+def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop(
+    tmp_path, capsys, monkeypatch):
+  """The train step of each batch shape the run meets and the eval step of each dev batch
+  shape are compiled before step 1 (a progress line says how many), and the loop runs only
+  those programs: the pmapped steps themselves are never called, and nothing compiles in the
+  loop. A run of 24 steps meets two of the epoch's three bucket shapes: only those compile."""
   from t2t_jax import input_pipeline
   cfg = override(tiny_cfg(**{**FAST_DATA, "data.max_length": 64}), {
       "train.steps": 24, "train.log_every_steps": 6, "train.eval_every_steps": 12,
       "train.checkpoint_every_steps": 1000, "train.final_eval": False,
       "data.packing": False})  # length buckets: several shapes to compile ahead
   ds = input_pipeline.load(cfg, num_devices=jax.local_device_count())
-  train_shapes = ds.train_shapes()
   met = {train.batch_shapes(ds.batch(step)) for step in range(cfg.train.steps)}
-  assert met <= set(train_shapes) and len(met) > 1 and len(train_shapes) == 3
+  assert len(met) == 2 and len(ds.train_shapes()) == 3
+  assert set(ds.train_shapes(range(cfg.train.steps))) == met
   eval_shapes = {train.batch_shapes(b) for b in ds.eval_batches(cfg.data.dev_split)}
-  compiled, eval_compiled = [], []  # per call: whether its shape had no program yet
-  real_train, real_eval = train.StepPrograms.train_step, train.StepPrograms.eval_step
+  uncompiled_calls = []
+  real_make_steps = train.make_steps
 
-  def train_step(self, state, batch, run_key, factor):
-    compiled.append(train.batch_shapes(batch) not in self.train)
-    return real_train(self, state, batch, run_key, factor)
+  class Recorded:
+    """A pmapped step whose calls are recorded: a call means no program fitted."""
+    def __init__(self, fn):
+      self.fn, self.lower = fn, fn.lower
 
-  def eval_step(self, params, batch):
-    eval_compiled.append(train.batch_shapes(batch) not in self.eval)
-    return real_eval(self, params, batch)
-  import unittest.mock
-  with unittest.mock.patch.object(train.StepPrograms, "train_step", train_step), \
-      unittest.mock.patch.object(train.StepPrograms, "eval_step", eval_step):
-    train.train_and_evaluate(cfg, str(tmp_path))
+    def __call__(self, *args):
+      uncompiled_calls.append(train.batch_shapes(args[1]))
+      return self.fn(*args)
+  monkeypatch.setattr(train, "make_steps", lambda *a, **k: tuple(
+      Recorded(f) for f in real_make_steps(*a, **k)))
+  train.train_and_evaluate(cfg, str(tmp_path))
+  assert uncompiled_calls == []
   out = capsys.readouterr().out
-  ahead = len(train_shapes) + len(eval_shapes)
+  ahead = len(met) + len(eval_shapes)
   assert f"compiled {ahead} program(s) before the first step" in out
-  assert len(compiled) == cfg.train.steps and not any(compiled)
-  assert len(eval_compiled) == 2 * len(list(ds.eval_batches(cfg.data.dev_split)))
-  assert not any(eval_compiled)
   rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   logged = [r for r in rows if "compiles" in r]
   assert logged and all(r["compiled_ahead"] == ahead for r in logged)
@@ -1401,7 +1400,7 @@ def test_a_new_runs_parameters_are_made_while_its_steps_compile(tmp_path, monkey
   counted as the run's."""
   import threading
   compiling = threading.Event()
-  real_init, real_compile = train.init_state, train.StepPrograms.compile_ahead
+  real_init, real_compile = train.init_state, parallel.compile_ahead
 
   def init_state(cfg, optimizer):
     state = real_init(cfg, optimizer)
@@ -1409,11 +1408,11 @@ def test_a_new_runs_parameters_are_made_while_its_steps_compile(tmp_path, monkey
       assert compiling.wait(timeout=120), "the parameters were made before compiling began"
     return state
 
-  def compile_ahead(self, *args, **kwargs):
+  def compile_ahead(*args, **kwargs):
     compiling.set()
-    return real_compile(self, *args, **kwargs)
+    return real_compile(*args, **kwargs)
   monkeypatch.setattr(train, "init_state", init_state)
-  monkeypatch.setattr(train.StepPrograms, "compile_ahead", compile_ahead)
+  monkeypatch.setattr(parallel, "compile_ahead", compile_ahead)
   cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 3, "train.final_eval": False,
                                          "train.log_every_steps": 1})
   train.train_and_evaluate(cfg, str(tmp_path))
@@ -1447,13 +1446,14 @@ def test_a_run_whose_steps_cannot_compile_from_shapes_compiles_them_from_values(
   """Should a JAX version refuse to compile the steps from the state's shapes, a new run
   says so and compiles them from the values, as before it made them beside: it trains,
   dev BLEU's search included, and compiles nothing in the loop."""
-  real_compile = train.StepPrograms.compile_ahead
+  real_compile = parallel.compile_ahead
 
-  def compile_ahead(self, state, *args, **kwargs):
-    if parallel.is_abstract(state):
+  def compile_ahead(calls, workers):
+    if any(isinstance(args[0], train.TrainState) and parallel.is_abstract(args[0])
+           for _, args in calls):  # the train step's, from the state's shapes
       raise TypeError("shapes refused\nsecond line")
-    return real_compile(self, state, *args, **kwargs)
-  monkeypatch.setattr(train.StepPrograms, "compile_ahead", compile_ahead)
+    return real_compile(calls, workers)
+  monkeypatch.setattr(parallel, "compile_ahead", compile_ahead)
   cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
                                          "train.bleu_every_steps": 2,
                                          "train.bleu_sentences": 4})
@@ -1484,3 +1484,50 @@ def test_a_training_run_through_the_chunked_loss_follows_the_whole_logits_run(tm
   np.testing.assert_allclose([losses[40][s] for s in range(1, 13)],
                              [losses[0][s] for s in range(1, 13)], rtol=2e-5)
   assert losses[0][12] < losses[0][1] - 0.05  # it learned: the updates were applied
+
+
+def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(tmp_path,
+                                                                            capsys):
+  """A setting this backend lacks (cuDNN's packed layout on a CPU) is the user's error,
+  raised while the steps compile: it is not taken for a failure to compile from shapes and
+  compiled again from the values."""
+  from t2t_jax.errors import UserError
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 2, "train.final_eval": False, "model.fused_attention": True,
+      "model.attention_dropout": 0.0, "model.segment_attention": "offsets"})
+  with pytest.raises(UserError, match="offsets"):
+    train.train_and_evaluate(cfg, str(tmp_path))
+  assert "compiling from the state's shapes failed" not in capsys.readouterr().err
+
+
+def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_path, capsys):
+  """The search is compiled before step 1 only when the run has a dev BLEU step left: a run
+  resumed past its last one compiles the steps alone."""
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 2, "train.final_eval": False, "train.bleu_every_steps": 2,
+      "train.bleu_sentences": 4, "train.checkpoint_every_steps": 2})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  assert "and beside them the dev BLEU search" in capsys.readouterr().out
+  train.train_and_evaluate(override(cfg, {"train.steps": 3}), str(tmp_path))
+  out = capsys.readouterr().out
+  assert "resuming from checkpoint 2" in out and "compiling the train step" in out
+  assert "dev BLEU search" not in out and "dev sacreBLEU" not in out
+
+
+def test_a_fine_tuned_run_resumes_from_its_own_checkpoint_not_its_source(tmp_path):
+  """A fine-tuning run (`train.init_from`) stopped and started again goes on from its own
+  newest checkpoint: its step counter, parameters and optimiser state, not the source's
+  parameters with a fresh optimiser."""
+  from t2t_jax.config import resolve_init_from
+  base = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
+                                          "train.checkpoint_every_steps": 2})
+  train.train_and_evaluate(base, str(tmp_path / "source"))
+  tune = resolve_init_from(override(base, {"train.init_from": str(tmp_path / "source")}))
+  tuned, _, _ = train.train_and_evaluate(tune, str(tmp_path / "tuned"))
+  resumed, _, finished = train.train_and_evaluate(override(tune, {"train.steps": 3}),
+                                                  str(tmp_path / "tuned"))
+  assert finished and int(resumed.step) == 3
+  assert int(resumed.opt_state[0].count) == 3  # Adam's own count went on too
+  through = train.train_and_evaluate(override(tune, {"train.steps": 3}),
+                                     str(tmp_path / "straight"))[0]
+  _assert_trees_close(resumed.params, through.params, atol=1e-6)
