@@ -390,13 +390,35 @@ def _parse_flags(argv: list[str]) -> list[str]:
     fail(str(e).splitlines()[0])
 
 
+def _named_paths() -> list[str]:
+  """The paths this command names (the workdir, input, output, ensemble members, the
+  dataset's folder, the experiment's file, every --set value) and the data and cache folders
+  of its environment, absolute. "folder:PATH:en-de" and "FILE.py:FUNCTION" give their parts."""
+  values = [FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.experiment, FLAGS.dataset,
+            *FLAGS.ensemble, *(item.partition("=")[2] for item in FLAGS.set),
+            *(os.environ.get(k) for k in ("T2T_JAX_DATA_DIR", "TFDS_DATA_DIR",
+                                          "JAX_COMPILATION_CACHE_DIR"))]
+  return [os.path.abspath(os.path.expanduser(part)) for value in values if value
+          for part in value.split(":") if part]
+
+
+def is_named_path(filename: str) -> bool:
+  """Whether `filename` is one of `_named_paths` or lies inside one."""
+  path = os.path.abspath(os.path.expanduser(str(filename)))
+  return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in _named_paths())
+
+
 def _main_guarded(argv: list[str]) -> None:
   try:
     main(argv)
   except UserError as e:
     fail(str(e))
-  except PermissionError as e:  # a file or folder of the user's this process may not touch
-    fail(f"permission denied: {e.filename or e}")
+  except PermissionError as e:
+    # A file or folder of the user's this process may not touch is one line; a permission
+    # error elsewhere (a bug of ours, an installation's files) keeps its traceback.
+    if e.filename is None or not is_named_path(e.filename):
+      raise
+    fail(f"permission denied: {e.filename}")
   except KeyboardInterrupt:
     print("interrupted", file=sys.stderr)
     sys.exit(130)

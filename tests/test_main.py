@@ -170,6 +170,40 @@ def test_an_unreadable_input_is_one_line(tmp_path):
         "Traceback" not in r.stderr
 
 
+def test_only_a_permission_error_on_a_path_the_command_names_is_one_line(tmp_path, monkeypatch,
+                                                                         capsys):
+  """A folder or file of the user's (the workdir or inside it, a dataset folder) that this
+  process may not touch is one `error:` line; a permission error anywhere else is a bug or
+  an installation's, and keeps its traceback."""
+  from t2t_jax import main
+  workdir, corpus = tmp_path / "run", tmp_path / "corpus"
+  argv = ["t2t_jax.main", "--experiment=demo", f"--workdir={workdir}",
+          f"--dataset=folder:{corpus}:en-de"]
+
+  def raising(path):
+    def fake_main(argv):
+      raise PermissionError(13, "Permission denied", str(path))
+    return fake_main
+  main.FLAGS.unparse_flags()
+  try:
+    for path in (workdir / "checkpoints" / "3", corpus / "train.en"):
+      monkeypatch.setattr(main, "main", raising(path))
+      with pytest.raises(SystemExit) as exit_:
+        main._main_guarded(main._parse_flags(argv))
+      assert exit_.value.code == 2
+      assert f"error: permission denied: {path}" in capsys.readouterr().err
+      main.FLAGS.unparse_flags()
+    monkeypatch.setattr(main, "main", raising("/usr/lib/python3/site.py"))
+    with pytest.raises(PermissionError):
+      main._main_guarded(main._parse_flags(argv))
+    monkeypatch.setattr(main, "main", raising(str(tmp_path / "runs")))  # a sibling, not inside
+    main.FLAGS.unparse_flags()
+    with pytest.raises(PermissionError):
+      main._main_guarded(main._parse_flags(argv[:2] + [f"--workdir={tmp_path / 'run'}"]))
+  finally:
+    main.FLAGS.unparse_flags()
+
+
 def test_override_parses_types_and_keeps_config_frozen():
   cfg = ExperimentConfig()
   new = override(cfg, {"train.steps": "1e3", "model.dropout": "0.2", "model.dtype": "bfloat16"})
