@@ -117,8 +117,8 @@ class TrainConfig:
   # "auto" (t2t_jax/backend.py): 4096 on CPU; on a GPU or TPU the whole update when the
   # device's memory holds it, else the largest size that fits.
   max_tokens_per_batch: int | Literal["auto"] = "auto"
-  # The output layer and loss over chunks of about this many tokens (whole rows dividing the
-  # batch), each chunk's [tokens, vocab] logits built and dropped in turn; 0 builds them whole.
+  # The output layer and loss over chunks of at most this many tokens (the fewest equal
+  # chunks), each chunk's [tokens, vocab] logits built and dropped in turn; 0 builds them whole.
   # "auto": 0 on CPU, 4096 on GPU and TPU (backend.loss_chunk_tokens).
   loss_chunk_tokens: int | Literal["auto"] = "auto"
   # The chunked loss's gradient (softmax - q) formed in its forward pass and sent through two
@@ -434,6 +434,12 @@ def validate(cfg: ExperimentConfig) -> None:
   if m.segment_attention == "offsets" and not m.fused_attention:
     raise ConfigError("model.segment_attention=offsets is a layout of the fused kernel; "
                       "set model.fused_attention=true too")
+  if m.residual_dtype == "bfloat16" and m.dtype != "bfloat16":
+    raise ConfigError("model.residual_dtype=bfloat16 is a bf16 run's residual stream; set "
+                      "model.dtype=bfloat16 too")
+  if m.segment_attention == "offsets" and cfg.data.packing is False:
+    raise ConfigError("model.segment_attention=offsets is a layout of packed rows; it needs "
+                      "data.packing (true or auto)")
   if m.fused_attention and m.d_k != m.d_v:
     raise ConfigError(f"model.fused_attention: the fused kernel needs d_k == d_v "
                       f"(got {m.d_k} and {m.d_v})")

@@ -126,13 +126,6 @@ def chunk_layout(tokens: int, chunk: int) -> tuple[int, int]:
   return n, rounded if rounded <= chunk else size
 
 
-def _chunk_logits(y_c: jax.Array, embedding: jax.Array, cfg: ModelConfig) -> jax.Array:
-  """A chunk's logits [c, V]: a product in the compute dtype with a float32 result."""
-  dt = cpu_kernels.compute_dtype(cfg)
-  return jnp.einsum("cd,vd->cv", y_c.astype(dt), embedding.astype(dt),
-                    preferred_element_type=jnp.float32)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _lean_loss_sums(y: jax.Array, embedding: jax.Array, targets: jax.Array, cfg: ModelConfig
                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -140,7 +133,7 @@ def _lean_loss_sums(y: jax.Array, embedding: jax.Array, targets: jax.Array, cfg:
   gradient (evaluation), one logits product per chunk and nothing else."""
   def body(carry, xs):
     y_c, t_c = xs
-    sums = loss_sums(_chunk_logits(y_c, embedding, cfg), t_c, cfg.label_smoothing)
+    sums = loss_sums(cpu_kernels.tied_logits_f32(y_c[None], embedding, cfg)[0], t_c, cfg.label_smoothing)
     return tuple(a + b for a, b in zip(carry, sums)), None
 
   zero = jnp.float32(0)
@@ -160,7 +153,7 @@ def _lean_loss_sums_fwd(y, embedding, targets, cfg):
   def body(carry, xs):
     sums, d_embedding = carry
     y_c, t_c = xs
-    logits = _chunk_logits(y_c, embedding, cfg)
+    logits = cpu_kernels.tied_logits_f32(y_c[None], embedding, cfg)[0]
     # One log-normaliser for both the sums and the softmax (no second max and sum of exps).
     (smoothed, target_logp), (_, lse, _) = _token_losses_fwd(logits, t_c, cfg.label_smoothing)
     chunk_sums = _summed(smoothed, target_logp, t_c, cfg.label_smoothing, vocab)
@@ -495,6 +488,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   t = cfg.train
   startup = bookkeeping.StartUp()
   startup.mark("set-up")  # imports, flags, the backend
+  check_paths(cfg)
   fresh, recorded = check_workdir(cfg, workdir)
   ds = load_data(cfg, workdir, fresh)
   startup.mark("data")
@@ -532,6 +526,21 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
 
 # ---------------------------------------------------------------------------------------
 # The stages of a run, in the order `train_and_evaluate` takes them
+
+
+def check_paths(cfg: ExperimentConfig) -> None:
+  """The code paths the settings pick on this backend, refused at start-up where they are not
+  supported here (the table in WORKSPACE.md), rather than failing, or doing nothing, later."""
+  m, t = cfg.model, cfg.train
+  if m.implementation == "cpu_tuned" and backend.platform() != "cpu":
+    raise UserError(f"model.implementation=cpu_tuned is XLA:CPU's path; on "
+                    f"{backend.platform()} use plain or auto")
+  if m.fused_attention and backend.packing(cfg.data.packing):
+    backend.segment_attention(m.segment_attention, m.dtype)  # offsets: Hopper, bf16, cuDNN
+  if not t.lean_loss and not backend.loss_chunk_tokens(t.loss_chunk_tokens):
+    raise UserError("train.lean_loss=false picks how the chunked loss is differentiated, but "
+                    "this run builds the whole logits (train.loss_chunk_tokens resolves to 0 "
+                    "here); set train.loss_chunk_tokens too")
 
 
 def check_workdir(cfg: ExperimentConfig, workdir: str) -> tuple[bool, bool]:

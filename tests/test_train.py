@@ -16,7 +16,7 @@ import optax
 import pytest
 
 from t2t_jax import bookkeeping, checkpoints, model, optim, parallel, registry, train
-from t2t_jax.config import override
+from t2t_jax.config import DataConfig, override
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
@@ -860,7 +860,7 @@ def test_the_gpu_train_steps_output_layer_is_three_bf16_products_over_few_chunks
   assert len(over_vocab) == 3, over_vocab
   # Both operands bf16 (a float32 one is upcast with the other when lowered: float32 x float32)
   assert all(t == "bfloat16" for d in over_vocab for _, t in d), over_vocab
-  chunk = next(s[0] for s, _ in over_vocab[0] if len(s) == 2 and s[1] != vocab)
+  chunk = next(s[-2] for s, _ in over_vocab[0] if vocab not in s)  # [(1,) chunk, d]
   assert chunk <= 4096 and -(-rows * length // chunk) == 7, chunk
 
 
@@ -1477,7 +1477,7 @@ def test_a_training_run_through_the_chunked_loss_follows_the_whole_logits_run(tm
                       "train.eval_every_steps": 12, "train.checkpoint_every_steps": 1000,
                       "train.tokens_per_step": 512, "train.final_eval": False,
                       "data.max_length": 32, "model.dropout": 0.1,
-                      "train.loss_chunk_tokens": chunk, "train.lean_loss": lean})
+                      "train.loss_chunk_tokens": chunk, "train.lean_loss": lean or not chunk})
     train.train_and_evaluate(cfg, str(tmp_path / str(chunk)))
     losses[chunk] = _losses(tmp_path / str(chunk))
   assert sorted(losses[0]) == sorted(losses[40]) == list(range(1, 13))
@@ -1531,3 +1531,63 @@ def test_a_fine_tuned_run_resumes_from_its_own_checkpoint_not_its_source(tmp_pat
   through = train.train_and_evaluate(override(tune, {"train.steps": 3}),
                                      str(tmp_path / "straight"))[0]
   _assert_trees_close(resumed.params, through.params, atol=1e-6)
+
+
+def test_settings_this_backend_cannot_run_are_refused_at_start_up(monkeypatch, tmp_path):
+  """An unsupported combination is one error before any data preparation, not a failure in
+  compiling (or a setting that silently does nothing)."""
+  from t2t_jax.config import ConfigError, validate
+  from t2t_jax.errors import UserError
+  cfg = tiny_cfg(**FAST_DATA)
+  with pytest.raises(ConfigError, match="residual_dtype=bfloat16 .* model.dtype=bfloat16"):
+    validate(override(cfg, {"model.residual_dtype": "bfloat16"}))
+  offsets = {"model.fused_attention": True, "model.attention_dropout": 0.0,
+             "model.segment_attention": "offsets"}
+  with pytest.raises(ConfigError, match="offsets is a layout of packed rows"):
+    validate(override(cfg, {**offsets, "data.packing": False}))
+  with pytest.raises(UserError, match="lean_loss=false .* resolves to 0 here"):
+    train.check_paths(override(cfg, {"train.lean_loss": False}))
+  train.check_paths(override(cfg, {"train.lean_loss": False, "train.loss_chunk_tokens": 64}))
+  with pytest.raises(UserError, match="offsets runs cuDNN's packed layout"):
+    train.check_paths(override(cfg, offsets))
+  train.check_paths(override(cfg, {"model.implementation": "cpu_tuned"}))  # on this CPU
+  monkeypatch.setattr(train.backend, "platform", lambda: "gpu")
+  with pytest.raises(UserError, match="cpu_tuned is XLA:CPU's path; on gpu use plain"):
+    train.check_paths(override(cfg, {"model.implementation": "cpu_tuned"}))
+
+
+# What every "auto" setting that picks a code path resolves to on a GPU (and TPU), checked
+# against backend.py below: the settings the GPU-path training test trains with on CPU.
+GPU_PATHS = {"model.implementation": "plain", "model.fused_projections": True,
+             "model.segment_attention": "bias", "data.packing": True,
+             "train.loss_chunk_tokens": 4096, "train.lean_loss": True}
+
+
+def test_the_gpu_paths_are_what_backend_resolves_on_a_gpu(monkeypatch):
+  from t2t_jax.config import ModelConfig, TrainConfig
+  m, t = ModelConfig(), TrainConfig()
+  monkeypatch.setattr(train.backend, "platform", lambda: "gpu")
+  b = train.backend
+  assert {"model.implementation": b.model_path(m.implementation),
+          "model.fused_projections": b.fused_projections(m.fused_projections),
+          "model.segment_attention": b.segment_attention(m.segment_attention, "bfloat16"),
+          "data.packing": b.packing(DataConfig().packing),
+          "train.loss_chunk_tokens": b.loss_chunk_tokens(t.loss_chunk_tokens),
+          "train.lean_loss": t.lean_loss} == GPU_PATHS
+
+
+def test_a_training_run_on_the_gpu_paths_learns_and_compiles_nothing_in_the_loop(tmp_path):
+  """The paths a GPU takes by default (plain Flax, one Q/K/V product, packed rows, the lean
+  chunked loss), in bf16 as the GPU figures are measured, trained end to end on CPU: the
+  loss falls, stays finite, and nothing compiles in the loop. Chunks of 64 tokens, so the
+  loss runs over several chunks as a GPU's 4,096 do over a 25k-token batch."""
+  cfg = tiny_cfg(**{**FAST_DATA, **GPU_PATHS, "train.loss_chunk_tokens": 64,
+                    "model.dtype": "bfloat16", "model.dropout": 0.1, "train.steps": 30,
+                    "train.warmup_steps": 10, "train.log_every_steps": 10,
+                    "train.eval_every_steps": 30, "train.checkpoint_every_steps": 1000,
+                    "train.tokens_per_step": 512, "train.final_eval": False})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  losses = [r["loss_mean"] for r in rows if "loss_mean" in r]
+  assert len(losses) == 3 and np.isfinite(losses).all() and losses[-1] < losses[0] - 0.2
+  assert np.isfinite(rows[-1]["dev_loss"]) and rows[-1]["compiles_after_warmup"] == 0

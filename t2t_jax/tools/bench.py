@@ -444,10 +444,9 @@ def _sentence_lengths(rows: Any) -> Any:
   """[rows, length] token ids -> [rows, length + 1]: the length of each row's k-th
   EOS-terminated sentence at column k (column 0: the padding)."""
   import numpy as np
-  from t2t_jax.special_tokens import EOS_ID, PAD_ID
+  from t2t_jax import model
   r, length = rows.shape
-  starts = np.concatenate([np.ones((r, 1), bool), rows[:, :-1] == EOS_ID], axis=1)
-  ids = np.where(rows == PAD_ID, 0, np.cumsum(starts, axis=1))
+  ids = np.asarray(model.segments(rows).ids)  # the sentences as the model finds them
   flat = (np.arange(r)[:, None] * (length + 1) + ids).reshape(-1)
   counts = np.bincount(flat, minlength=r * (length + 1)).reshape(r, length + 1)
   counts[:, 0] = 0
