@@ -157,10 +157,8 @@ def _lean_loss_sums_fwd(y, embedding, targets, cfg):
     # One log-normaliser for both the sums and the softmax (no second max and sum of exps).
     (smoothed, target_logp), (_, lse, _) = _token_losses_fwd(logits, t_c, cfg.label_smoothing)
     chunk_sums = _summed(smoothed, target_logp, t_c, cfg.label_smoothing, vocab)
-    probs = jnp.exp(logits - lse[:, None])
     weight = (t_c != PAD_ID).astype(jnp.float32)[:, None]
-    one_hot = jax.nn.one_hot(t_c, vocab, dtype=jnp.float32)
-    grad = ((probs - (confidence - low) * one_hot - low) * weight).astype(dt)
+    grad = (_softmax_minus_target(logits, lse, t_c, confidence, low) * weight).astype(dt)
     d_y = jnp.einsum("cv,vd->cd", grad, e, preferred_element_type=jnp.float32)
     d_embedding = d_embedding + jnp.einsum("cv,cd->vd", grad, y_c.astype(dt),
                                            preferred_element_type=jnp.float32)
@@ -232,18 +230,25 @@ def _token_losses_fwd(logits, targets, label_smoothing):
   return (smoothed, target_logp), (logits, lse, targets)
 
 
+def _softmax_minus_target(logits: jax.Array, lse: jax.Array, targets: jax.Array,
+                          confidence: float, low: float) -> jax.Array:
+  """p - q [..., V]: the softmax of float32 `logits` (log-normaliser `lse`) less the smoothed
+  target q = (confidence - low) one_hot + low (it sums to 1), the smoothed loss's gradient
+  with respect to the logits (section 5.4)."""
+  probs = jnp.exp(logits - lse[..., None])
+  one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
+  return probs - (confidence - low) * one_hot - low
+
+
 def _token_losses_bwd(label_smoothing, residuals, cotangents):
   logits, lse, targets = residuals
   g_smoothed, g_target = (c[..., None] for c in cotangents)
-  vocab = logits.shape[-1]
-  confidence, low = _smoothed_target(label_smoothing, vocab)
-  probs = jnp.exp(logits - lse[..., None])
-  one_hot = jax.nn.one_hot(targets, vocab, dtype=logits.dtype)
-  # d smoothed = p - q with q = (confidence - low) one_hot + low (it sums to 1);
-  # d log p(target) = one_hot - p.
-  grad = ((g_smoothed - g_target) * probs
-          + (g_target - g_smoothed * (confidence - low)) * one_hot - g_smoothed * low)
-  return grad, None
+  confidence, low = _smoothed_target(label_smoothing, logits.shape[-1])
+  p_minus_q = _softmax_minus_target(logits, lse, targets, confidence, low)
+  # d log p(target) = one_hot - p = (1 - confidence + low) one_hot - low - (p - q).
+  one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype)
+  d_target = (1.0 - confidence + low) * one_hot - low - p_minus_q
+  return g_smoothed * p_minus_q + g_target * d_target, None
 
 
 _token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
