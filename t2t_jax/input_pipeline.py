@@ -532,22 +532,14 @@ class _Split:
 
   def rows(self, ids: np.ndarray, length: int, total_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """(inputs, targets) [total_rows, length]: example `ids[r]` in row r, each side cut to
-    length - 1 tokens, then EOS, then PAD; rows past len(ids) are all PAD."""
-    return (_gather_rows(self.src_flat, self.src_start[ids], self.src_len[ids], length, total_rows),
-            _gather_rows(self.tgt_flat, self.tgt_start[ids], self.tgt_len[ids], length, total_rows))
-
-
-def _gather_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, length: int,
-                 total_rows: int) -> np.ndarray:
-  """One numpy gather from the flat token array instead of a Python loop over examples."""
-  out = np.full((total_rows, length), PAD_ID, np.int32)
-  n = np.minimum(lengths, length - 1)
-  cols = np.arange(length)
-  inside = cols < n[:, None]
-  rows = out[:len(starts)]
-  rows[inside] = flat[(starts[:, None] + cols)[inside]]
-  rows[np.arange(len(starts)), n] = EOS_ID
-  return out
+    length - 1 tokens, then EOS, then PAD; rows past len(ids) are all PAD. Packed rows of
+    one sentence each (`packing.gather_rows`)."""
+    ids = np.asarray(ids)
+    one_each = (np.arange(len(ids)), np.arange(len(ids)))
+    return tuple(packing.gather_rows(flat, start[ids], np.minimum(size[ids], length - 1),
+                                     one_each, length, total_rows)
+                 for flat, start, size in ((self.src_flat, self.src_start, self.src_len),
+                                           (self.tgt_flat, self.tgt_start, self.tgt_len)))
 
 
 def _load_split(directory: str, split: str) -> _Split:
