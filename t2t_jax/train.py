@@ -780,8 +780,7 @@ class Run:
     # compiled before step 1, so its batches keep their rows (`shrink=False`); the processes
     # of a job compile as they go, and shrinking batches are faster.
     bleu_steps = t.bleu_every_steps and t.steps // t.bleu_every_steps * t.bleu_every_steps
-    dev_bleu = (bookkeeping.DevBleu(cfg, ds, parallel.unreplicate(start.state.params)
-                                    if start.initialising is None else start.shapes.params,
+    dev_bleu = (bookkeeping.DevBleu(cfg, ds, start.state.params,  # the host's (or shapes)
                                     shrink=jax.process_count() > 1)
                 if bleu_steps and bleu_steps > start.step and jax.process_index() == 0
                 else None)

@@ -190,3 +190,14 @@ def test_process_zero_prepares_the_data_while_the_others_wait(tmp_path):
   assert [p.returncode for p in procs] == [2, 2], outs
   assert "error: missing file" in outs[0]
   assert "error: process 0 could not prepare the data: missing file" in outs[1], outs[1]
+
+
+def test_a_two_process_job_logs_dev_bleu_from_process_zero(tmp_path):
+  """The dev BLEU in a multi-process job: process 0 decodes alone, on its own devices, with
+  shrinking batches (nothing is compiled ahead there), and the job goes on together."""
+  outs = _run_two_processes(tmp_path, 2, {"train.final_eval": False,
+                                          "train.bleu_every_steps": 2,
+                                          "train.bleu_sentences": 4})
+  assert "dev sacreBLEU" in outs[0] and "dev sacreBLEU" not in outs[1]
+  with open(tmp_path / "metrics.jsonl") as f:
+    assert '"dev_bleu"' in f.read()

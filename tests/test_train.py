@@ -1512,6 +1512,11 @@ def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_p
   out = capsys.readouterr().out
   assert "resuming from checkpoint 2" in out and "compiling the train step" in out
   assert "dev BLEU search" not in out and "dev sacreBLEU" not in out
+  # Resumed with a BLEU step ahead: the decoder takes the restored parameters.
+  train.train_and_evaluate(override(cfg, {"train.steps": 4}), str(tmp_path))
+  out = capsys.readouterr().out
+  assert "resuming from checkpoint 3" in out and "and beside them the dev BLEU search" in out
+  assert "step       4 | dev sacreBLEU" in out
 
 
 def test_a_fine_tuned_run_resumes_from_its_own_checkpoint_not_its_source(tmp_path):
