@@ -1486,17 +1486,22 @@ def test_a_training_run_through_the_chunked_loss_follows_the_whole_logits_run(tm
   assert losses[0][12] < losses[0][1] - 0.05  # it learned: the updates were applied
 
 
-def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(tmp_path,
-                                                                            capsys):
-  """A setting this backend lacks (cuDNN's packed layout on a CPU) is the user's error,
-  raised while the steps compile: it is not taken for a failure to compile from shapes and
-  compiled again from the values."""
+def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(
+    tmp_path, capsys, monkeypatch):
+  """A UserError raised while the steps compile from the state's shapes (a setting this
+  backend lacks, met while tracing) is the user's to fix: it is raised as it is, not taken
+  for a JAX version that cannot compile from shapes and compiled again from the values."""
   from t2t_jax.errors import UserError
-  cfg = override(tiny_cfg(**FAST_DATA), {
-      "train.steps": 2, "train.final_eval": False, "model.fused_attention": True,
-      "model.attention_dropout": 0.0, "model.segment_attention": "offsets"})
-  with pytest.raises(UserError, match="offsets"):
+  calls = []
+
+  def compile_ahead(calls_, workers):
+    calls.append(len(calls_))
+    raise UserError("model.segment_attention=offsets runs cuDNN's packed layout")
+  monkeypatch.setattr(parallel, "compile_ahead", compile_ahead)
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False})
+  with pytest.raises(UserError, match="offsets runs cuDNN's packed layout"):
     train.train_and_evaluate(cfg, str(tmp_path))
+  assert len(calls) == 1  # not compiled again
   assert "compiling from the state's shapes failed" not in capsys.readouterr().err
 
 
