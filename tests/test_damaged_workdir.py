@@ -182,9 +182,10 @@ def test_a_damaged_workdir_file_works_or_is_one_line(trained, tmp_path, capsys, 
       if (workdir / "experiment.json").exists() else None
   before = _snapshot(workdir)
 
+  # In this process an uncaught exception would fail the test by itself; `run_main` returns
+  # only for an exit, and an exit is either 0 or one `error:` line with code 2.
   code, out, err = run_main(_args(workdir, mode, tmp_path, dataset), capsys)
 
-  assert "Traceback" not in err, err[-3000:]
   expected = ERRORS.get((name, how, mode))
   if expected:
     errors = [l for l in err.splitlines() if l.startswith("error: ")]
@@ -216,7 +217,7 @@ def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
   before = _snapshot(workdir)
   args = _args(workdir, "train", tmp_path, dataset) + ["--set", "model.d_ff=128"]
   code, _, err = run_main(args, capsys)
-  assert code == 2 and "Traceback" not in err
+  assert code == 2
   assert "another" in [l for l in err.splitlines() if l.startswith("error: ")][0]
   assert _snapshot(workdir) == before
 
