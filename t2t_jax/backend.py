@@ -154,7 +154,7 @@ def loss_chunk_tokens(setting: int | str) -> int:
   "auto": 0 on CPU, where the cpu_tuned path's hand-written logits gradient is measured
   (results/trainer_overhead/); LOSS_CHUNK_TOKENS on GPU and TPU, where the full float32
   logits of a large micro-batch cost gigabytes of memory and several passes of memory
-  traffic (`train.chunked_loss_sums` forms each chunk's gradient in its forward pass).
+  traffic (`loss.chunked_loss_sums` forms each chunk's gradient in its forward pass).
   """
   if setting != "auto":
     return int(setting)

@@ -352,7 +352,7 @@ def test_memory_estimate_per_token_covers_what_xla_allocates(full_logits):
   itself plans for a training step's temporaries (here XLA:CPU's plan for a float32 step),
   nor be so loose that it wastes most of a device."""
   from t2t_jax import registry as exps
-  from t2t_jax import train
+  from t2t_jax import loss as losses
   from t2t_jax.config import override
   cfg = dataclasses.replace(TINY, vocab_size=300, d_model=64, d_ff=128, num_heads=4,
                             d_k=16, d_v=16, dropout=0.1, implementation="plain")
@@ -362,8 +362,8 @@ def test_memory_estimate_per_token_covers_what_xla_allocates(full_logits):
   tokens = jnp.full((batch, length), 5, jnp.int32)
 
   def loss(p):
-    return train.model_loss_sums(model.Transformer(cfg), p, tokens, tokens, ecfg, train=True,
-                                 rngs={"dropout": jax.random.PRNGKey(1)})[0]
+    return losses.model_loss_sums(model.Transformer(cfg), p, tokens, tokens, ecfg, train=True,
+                                   rngs={"dropout": jax.random.PRNGKey(1)})[0]
   params = _params(cfg)
   planned = jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
   estimate = model.train_bytes_per_token(cfg, length, full_logits) * batch * length

@@ -195,7 +195,7 @@ def run_profile(workload: str | None) -> None:
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from t2t_jax import model, optim, parallel, train
+  from t2t_jax import loss as losses, model, optim, parallel, train
   from t2t_jax.config import override
   from t2t_jax.tools import step_profile
   workload = workload or "small"
@@ -238,7 +238,7 @@ def run_profile(workload: str | None) -> None:
     def loss(params):
       logits = transformer.apply({"params": params}, tokens["inputs"], tokens["targets"],
                                  train=True, rngs={"dropout": key})
-      return train.loss_sums(logits, tokens["targets"], c.model.label_smoothing)[0]
+      return losses.loss_sums(logits, tokens["targets"], c.model.label_smoothing)[0]
     return loss
 
   _log(f"profile: {workload}, 1 device, {batch} x {length} tokens per side")
@@ -270,7 +270,7 @@ def run_profile(workload: str | None) -> None:
   parts.append(("Adam update", timed(jax.jit(optimizer.update), grads, state.opt_state,
                                      state.params)))
   logits = jnp.zeros((batch, length, m.vocab_size), jnp.float32)
-  smoothed = lambda lg: train.loss_sums(lg, tokens["targets"], m.label_smoothing)[0]
+  smoothed = lambda lg: losses.loss_sums(lg, tokens["targets"], m.label_smoothing)[0]
   parts.append(("label-smoothed loss, forward + backward", timed(jax.jit(jax.grad(smoothed)),
                                                                  logits)))
   dt = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
