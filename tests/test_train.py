@@ -1462,3 +1462,20 @@ def test_a_training_run_on_the_gpu_paths_learns_and_compiles_nothing_in_the_loop
   losses = [r["loss_mean"] for r in rows if "loss_mean" in r]
   assert len(losses) == 3 and np.isfinite(losses).all() and losses[-1] < losses[0] - 0.2
   assert np.isfinite(rows[-1]["dev_loss"]) and rows[-1]["compiles_after_warmup"] == 0
+
+
+def test_a_shape_that_compiling_ahead_missed_is_counted_in_the_loop(tmp_path, monkeypatch):
+  """`compiles_after_warmup` counts every compilation in the loop once the steps were compiled
+  ahead, a shape's first included: a run whose compile-ahead list leaves out a shape it meets
+  shows it, where skipping each shape's first compilation hid it."""
+  from t2t_jax import input_pipeline
+  cfg = override(tiny_cfg(**{**FAST_DATA, "data.max_length": 64}), {
+      "train.steps": 24, "train.log_every_steps": 24, "train.eval_every_steps": 24,
+      "train.checkpoint_every_steps": 1000, "train.final_eval": False,
+      "data.packing": False})
+  real = input_pipeline.Dataset.train_shapes
+  monkeypatch.setattr(input_pipeline.Dataset, "train_shapes",
+                      lambda self, steps=None: real(self, steps)[:1])
+  train.train_and_evaluate(cfg, str(tmp_path))
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert rows[-1]["compiles_after_warmup"] >= 1
