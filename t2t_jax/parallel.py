@@ -189,8 +189,8 @@ def compile_ahead(calls: list[tuple[ShapeDispatch, tuple]], workers: int) -> int
     if key[1] not in dispatch.programs and key not in jobs:
       jobs[key] = lambda d=dispatch, a=args: d.fn.lower(*a).compile()
       owners[key] = dispatch
-  for (_, key), program in compile_all(jobs, workers).items():
-    owners[(_, key)].programs[key] = program
+  for job, program in compile_all(jobs, workers).items():
+    owners[job].programs[job[1]] = program
   return len(jobs)
 
 
