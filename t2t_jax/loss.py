@@ -104,7 +104,8 @@ def _lean_loss_sums(y: jax.Array, embedding: jax.Array, targets: jax.Array, cfg:
   gradient (evaluation), one logits product per chunk and nothing else."""
   def body(carry, xs):
     y_c, t_c = xs
-    sums = loss_sums(cpu_kernels.tied_logits_f32(y_c[None], embedding, cfg)[0], t_c, cfg.label_smoothing)
+    logits = cpu_kernels.tied_logits_f32(y_c[None], embedding, cfg)[0]
+    sums = loss_sums(logits, t_c, cfg.label_smoothing)
     return tuple(a + b for a, b in zip(carry, sums)), None
 
   zero = jnp.float32(0)

@@ -376,7 +376,7 @@ def load_data(cfg: ExperimentConfig, workdir: str, fresh: bool) -> input_pipelin
   return ds
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Start:
   """Where a run starts: its state on the host (or its shapes alone, while `initialising`
   makes the values beside the compilations), the step it has done, the state's shapes."""
@@ -581,11 +581,8 @@ class Run:
                                     shrink=jax.process_count() > 1)
                 if bleu_steps and bleu_steps > start.step and jax.process_index() == 0
                 else None)
-    state = (parallel.replicated_shapes(start.shapes, n_dev) if start.initialising else
-             parallel.replicate(start.state, n_dev))
     return cls(cfg, ds, TrainPrograms(cfg, optimizer),
-               parallel.replicate(jax.random.PRNGKey(t.seed), n_dev),
-               dataclasses.replace(start, state=state), metrics_log, clock,
+               parallel.replicate(jax.random.PRNGKey(t.seed), n_dev), start, metrics_log, clock,
                Saver(ckpt, start.step), Progress(), bookkeeping.LoopStats(),
                bookkeeping.Profiler(t.profile_steps, workdir, start.step), dev_bleu)
 
@@ -617,10 +614,13 @@ def compile_ahead(run: Run, train_shapes: list, eval_shapes: list,
                   startup: bookkeeping.StartUp) -> TrainState:
   """Compiles the train step of every batch shape the run will meet, the eval step of every
   dev batch shape and, when a dev BLEU step remains, the dev BLEU's search, side by side
-  before step 1; returns the state's values. A new run compiles from the state's shapes
-  while its values are made; should compiling from shapes fail (a JAX version), it warns and
-  compiles from the values."""
-  state, initialising = run.start.state, run.start.initialising
+  before step 1; returns the state's values on the devices. A new run compiles from the
+  state's shapes while its values are made; should compiling from shapes fail (a JAX
+  version), it warns and compiles from the values."""
+  start, n_dev = run.start, run.ds.num_devices
+  initialising = start.initialising
+  state = (parallel.replicated_shapes(start.shapes, n_dev) if initialising else
+           parallel.replicate(start.state, n_dev))
   if train_shapes:
     began = time.time()
     try:
