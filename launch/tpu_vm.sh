@@ -1,50 +1,72 @@
 #!/bin/bash
-# Training on a Cloud TPU VM slice (e.g. v3-32 = 4 hosts x 8 cores), run from a workstation
-# with gcloud. Every host runs the same command; jax.distributed.initialize() finds the
-# slice by itself (--distributed). Not run in this repository's CI (no TPU).
+# Training on a Cloud TPU VM slice (v4-32: 4 hosts of 4 chips; v5e, v3 ...), run from a
+# workstation with gcloud and this checkout. Every host runs the same command, and
+# jax.distributed.initialize() finds the slice by itself (--distributed).
 #
-#   TPU_NAME=my-v3-32 ZONE=europe-west4-a bash launch/tpu_vm.sh setup
-#   TPU_NAME=my-v3-32 ZONE=europe-west4-a EXPERIMENT=big_enfr bash launch/tpu_vm.sh train
-#   TPU_NAME=my-v3-32 ZONE=europe-west4-a EXPERIMENT=big_enfr bash launch/tpu_vm.sh eval
+#   export TPU_NAME=my-v4-32 ZONE=us-central2-b EXPERIMENT=big_enfr \
+#          WORKDIR=/mnt/shared/t2t/big_enfr
+#   bash launch/tpu_vm.sh setup                        # this checkout, installed on every host
+#   bash launch/tpu_vm.sh train [--set KEY=VALUE ...]  # trains; at the last step, averages
+#                                                      # and evaluates on newstest2014
+#   bash launch/tpu_vm.sh eval  [--set KEY=VALUE ...]  # averages and evaluates again
 #
-# WORKDIR must be one directory all hosts share: mount a Filestore (NFS) share or a
-# gcsfuse bucket at the same path on every host (a gs:// --workdir is refused: it would
-# become a local folder that vanishes with the VM). A v3-8 (one host) needs no --distributed.
-# On gcsfuse a directory rename is not atomic: a host killed while a checkpoint is renamed
-# into place can leave a partial checkpoint folder. The next start finds that it does not
-# restore, sets it aside and resumes from the one before, so no step is lost but that
-# checkpoint's; averaging and evaluation read only complete checkpoints. Filestore (NFS) has
-# atomic renames and none of this.
+# Arguments after `train` or `eval` reach t2t_jax.main on every host (--set, --dataset, ...).
+# Running `train` again resumes: a preempted slice (spot TPUs send SIGTERM) checkpoints after
+# the same step on every host first. Averaging and beam search are one host's work: in the
+# job, process 0 runs them on its own chips while the other hosts wait for it.
+#
+# WORKDIR must be one directory every host shares, at the same path: a Filestore (NFS)
+# share, or a gcsfuse bucket. On gcsfuse a directory rename is not atomic: a host killed while
+# a checkpoint is renamed into place can leave a partial checkpoint, which the next start
+# sets aside, resuming from the one before. DATA_DIR (default: beside WORKDIR) holds the
+# prepared corpus; on a shared folder process 0 prepares it once and the other hosts read it.
+#
+# setup builds a wheel of this checkout (no URL needed), copies it to every host's home and
+# installs it with EXTRAS (default tpu,tfds: libtpu, and tensorflow-datasets for WMT14) into
+# the virtual environment ~/t2t_jax_env. The hosts need Python >= 3.11 (PYTHON names it).
 
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 EXPERIMENT=${EXPERIMENT:-big_enfr}
 WORKDIR=${WORKDIR:-/mnt/shared/t2t_runs/$EXPERIMENT}
-REPO_URL=${REPO_URL:-}   # where the hosts clone t2t_jax from
+DATA_DIR=${DATA_DIR:-$(dirname "$WORKDIR")/t2t_data}
+EXTRAS=${EXTRAS:-tpu,tfds}
+PYTHON=${PYTHON:-python3}
+ENV_DIR='$HOME/t2t_jax_env'   # expanded on the hosts
+HERE=$(cd "$(dirname "$0")/.." && pwd)
 
-on_all_hosts() {
+on_hosts() {  # every host at once
   gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command="$1"
 }
-on_host_0() {
-  gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=0 --command="$1"
+
+# The trainer's command on a host, with this script's extra arguments quoted for its shell.
+t2t_command() {
+  local mode=$1; shift
+  printf 'export T2T_JAX_DATA_DIR=%q && %s/bin/python -m t2t_jax.main --experiment=%q ' \
+    "$DATA_DIR" "$ENV_DIR" "$EXPERIMENT"
+  printf -- '--workdir=%q --mode=%q --distributed' "$WORKDIR" "$mode"
+  [ $# -eq 0 ] || printf ' %q' "$@"
 }
 
-case "${1:-train}" in
+subcommand=${1:-}
+[ $# -eq 0 ] || shift
+case "$subcommand" in
   setup)
-    : "${REPO_URL:?set REPO_URL to clone t2t_jax on the hosts}"
-    on_all_hosts "git clone $REPO_URL t2t_jax 2>/dev/null || git -C t2t_jax pull; \
-      cd t2t_jax && pip install -e '.[tpu]'"
+    wheels=$(mktemp -d)
+    "$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$wheels" "$HERE"
+    wheel=$(ls "$wheels"/t2t_jax-*.whl)
+    gcloud compute tpus tpu-vm scp "$wheel" "$TPU_NAME:" --zone="$ZONE" --worker=all
+    on_hosts "$PYTHON -m venv --system-site-packages $ENV_DIR && \
+      $ENV_DIR/bin/python -m pip install --quiet --force-reinstall --no-deps \
+        \$HOME/$(basename "$wheel") && \
+      $ENV_DIR/bin/python -m pip install --quiet \"\$HOME/$(basename "$wheel")[$EXTRAS]\""
+    rm -rf "$wheels"
     ;;
   train)
-    # Preemption (spot/preemptible TPUs) sends SIGTERM: every host checkpoints after the
-    # same step; running this command again resumes.
-    on_all_hosts "cd t2t_jax && python -m t2t_jax.main --experiment=$EXPERIMENT \
-      --workdir=$WORKDIR --distributed"
+    on_hosts "$(t2t_command train "$@")"
     ;;
   eval)
-    on_host_0 "cd t2t_jax && python -m t2t_jax.main --experiment=$EXPERIMENT \
-      --workdir=$WORKDIR --mode=average && python -m t2t_jax.main \
-      --experiment=$EXPERIMENT --workdir=$WORKDIR --mode=eval"
+    on_hosts "$(t2t_command average "$@") && $(t2t_command eval "$@")"
     ;;
-  *) echo "usage: $0 setup|train|eval" >&2; exit 2 ;;
+  *) echo "usage: $0 setup | train [ARGS...] | eval [ARGS...]" >&2; exit 2 ;;
 esac

@@ -52,6 +52,17 @@ def model_path(implementation: str) -> ModelPath:
   return implementation  # type: ignore[return-value]
 
 
+def compute_dtype(setting: str) -> str:
+  """`model.dtype` resolved: "auto" is bfloat16 on GPU and TPU, whose matrix units run bf16
+  several times faster than float32 (every speed figure in results/ is bf16), and float32 on
+  CPU, where bf16 gains little without AMX and the paper's arithmetic costs nothing extra."""
+  if setting == "auto":
+    return "float32" if platform() == "cpu" else "bfloat16"
+  if setting not in ("float32", "bfloat16"):
+    raise ValueError(f"model.dtype={setting!r}")
+  return setting
+
+
 def fused_projections(setting: bool | str) -> bool:
   """`model.fused_projections` resolved: "auto" is on for GPU and TPU, off on CPU.
 
@@ -181,7 +192,7 @@ def decode_batch_tokens(setting: int | str) -> int:
 def attention_implementation(dtype: str) -> str | None:
   """`jax.nn.dot_product_attention`'s implementation for the fused attention path: cuDNN's
   fused kernel on a GPU in bf16 (it takes no float32); XLA's own elsewhere."""
-  return "cudnn" if dtype == "bfloat16" and platform() == "gpu" else None
+  return "cudnn" if compute_dtype(dtype) == "bfloat16" and platform() == "gpu" else None
 
 
 # cuDNN's packed layout (a row's sentences as sequences of their own) needs compute

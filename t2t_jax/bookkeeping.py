@@ -175,6 +175,19 @@ def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentC
   return cfg
 
 
+def with_compute_dtype(cfg: ExperimentConfig, workdir: str, training: bool) -> ExperimentConfig:
+  """`cfg` with `model.dtype=auto` resolved: for training, the dtype the workdir's run was
+  recorded with (a resumed run keeps its arithmetic, whatever machine resumes it), else the
+  backend's (bfloat16 on GPU and TPU, float32 on CPU)."""
+  from t2t_jax import backend
+  if cfg.model.dtype != "auto":
+    return cfg
+  found = checkpoints.recorded_settings(workdir) if training else None
+  recorded = found[1]["model"].get("dtype") if found else None
+  dtype = recorded if recorded in ("float32", "bfloat16") else backend.compute_dtype("auto")
+  return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
+
+
 def with_recorded_data(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   """`cfg` with the data settings the workdir was trained with (for a command that gives
   none: a fine-tuned run's later commands need not repeat its `--dataset`)."""
@@ -283,6 +296,13 @@ def checkpoint_bytes(cfg: ExperimentConfig) -> int:
   return 3 * 4 * model.count_params(model.abstract_params(cfg.model))
 
 
+def kept_checkpoint_bytes(cfg: ExperimentConfig) -> int:
+  """Bytes of a run's checkpoints at their most: `train.keep_checkpoints` whole ones and one
+  being written, plus the averaged ones' parameters (a third of a whole checkpoint each)."""
+  one = checkpoint_bytes(cfg)
+  return (cfg.train.keep_checkpoints + 1) * one + cfg.average.last * one // 3
+
+
 def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
   """Fails early, before any work, if the workdir cannot hold the run's checkpoints."""
   import shutil
@@ -304,11 +324,10 @@ def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
       shutil.rmtree(workdir, ignore_errors=True)
     raise UserError(f"not enough free disk space in {workdir}: {free / 1e6:,.1f} MB free, "
                     f"each checkpoint needs {one / 1e6:,.1f} MB and two must fit")
-  wanted = (cfg.train.keep_checkpoints + 1) * one
+  wanted = kept_checkpoint_bytes(cfg)
   if free < wanted:
-    print(f"warning: {free / 1e6:,.0f} MB free in {workdir}; keeping "
-          f"{cfg.train.keep_checkpoints} checkpoints needs about {wanted / 1e6:,.0f} MB",
-          file=sys.stderr, flush=True)
+    print(f"warning: {free / 1e6:,.0f} MB free in {workdir}; the run's checkpoints need "
+          f"about {wanted / 1e6:,.0f} MB", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

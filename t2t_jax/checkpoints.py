@@ -2,7 +2,9 @@
 
 Orbax writes each checkpoint into a temporary directory and renames it when
 complete, so a process killed mid-write leaves the previous checkpoint as the
-newest complete one. Training never resumes from the averaged directory.
+newest complete one. Training never resumes from the averaged directory. Each
+checkpoint holds the parameters and the rest of the training state apart, so
+that the older ones, kept for averaging, keep their parameters alone.
 """
 
 from __future__ import annotations
@@ -27,8 +29,31 @@ def _abstract(tree: Any) -> Any:
   return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)
 
 
+# A checkpoint's two items: the parameters, which averaging and inference read, and the rest
+# of the training state (Adam's moments, the step), which only resuming needs. Older
+# checkpoints keep their parameters alone, a third of the bytes.
+PARAMS, TRAINING = "params", "training"
+DISCARD = ".discard"  # WORKDIR/.discard: items being deleted, out of orbax's sight
+
+
+def processes(alone: bool) -> ocp.options.MultiprocessingOptions:
+  """Orbax's processes: this one alone (it then waits for no other), or every one."""
+  if not alone:
+    return ocp.options.MultiprocessingOptions()
+  me = jax.process_index()
+  return ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+
+
+def _items(state: Any) -> dict[str, Any]:
+  """A training state (anything with a `params` field) as the checkpoint's two items."""
+  return {PARAMS: state.params, TRAINING: state.replace(params=None)}
+
+
 class Checkpointer:
-  """Keeps the last `keep` training checkpoints of a workdir.
+  """A workdir's training checkpoints: the newest `keep` whole (parameters and optimiser
+  state: what resuming, or falling back past a damaged newest one, needs), and the newest
+  `keep_for_average` of those written for averaging with their parameters alone; every
+  other checkpoint is deleted once a newer one is saved.
 
   `async_save`: `save` returns once the state is handed over, and orbax writes the files in a
   background thread while training goes on (a big model's checkpoint is 2.6 GB: seconds of
@@ -36,50 +61,110 @@ class Checkpointer:
   wait for it; a failed background write is raised there.
   """
 
-  def __init__(self, workdir: str, keep: int, create: bool = True, async_save: bool = False):
+  def __init__(self, workdir: str, keep: int, create: bool = True, async_save: bool = False,
+               keep_for_average: int = 0, alone: bool = False):
+    """`alone`: only this process uses it (averaging and decoding on process 0 of a
+    multi-host job); otherwise every process of the job calls each method together."""
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    # Each step holds one StandardSave item; naming its handler lets orbax read the item's
-    # metadata (stored shapes) without restoring it.
+    # Each step holds two StandardSave items; naming their handlers lets orbax read an item's
+    # metadata (stored shapes) without restoring it. Retention is `_prune`'s, not orbax's.
     self._manager = ocp.CheckpointManager(
         self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
-                                             enable_async_checkpointing=async_save),
-        item_handlers=ocp.StandardCheckpointHandler())
+        options=ocp.CheckpointManagerOptions(max_to_keep=None, create=create,
+                                             enable_async_checkpointing=async_save,
+                                             multiprocessing_options=processes(alone)),
+        item_handlers={PARAMS: ocp.StandardCheckpointHandler(),
+                       TRAINING: ocp.StandardCheckpointHandler()})
     self.async_save = async_save
+    self.keep, self.keep_for_average = keep, keep_for_average
+    self._for_average: dict[int, bool] = {}
 
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
-  def save(self, step: int, state: Any, on_signal: bool = False) -> str:
-    """Saves a host copy of `state` as checkpoint `step`; returns its path.
+  def resumable_steps(self) -> list[int]:
+    """The steps whose whole training state is stored (the others kept parameters alone)."""
+    return [s for s in self.steps() if os.path.isdir(self._item_dir(s, TRAINING))]
+
+  def averaging_steps(self) -> list[int]:
+    """The steps written for averaging (`save(for_average=True)`): on the schedule that
+    `average.spacing` names, and the last step, not one written on a signal or between."""
+    return [s for s in self.steps() if self.for_average(s)]
+
+  def for_average(self, step: int) -> bool:
+    if step not in self._for_average:
+      try:
+        custom = self._manager.metadata(step).custom_metadata or {}
+      except Exception:  # damaged metadata: restoring says what is wrong
+        custom = {}
+      self._for_average[step] = bool(custom.get("for_average", True))
+    return self._for_average[step]
+
+  def _item_dir(self, step: int, item: str) -> str:
+    return os.path.join(self.directory, str(step), item)
+
+  def save(self, step: int, state: Any, for_average: bool = True,
+           on_signal: bool = False) -> str:
+    """Saves a host copy of `state` as checkpoint `step`; returns its path. Checkpoints no
+    longer kept are then deleted, or stripped to their parameters (`_prune`).
 
     `on_signal`: written off schedule (a preemption), so averaging leaves it out.
     """
-    self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+    for_average = for_average and not on_signal
+    self._manager.save(step, args=ocp.args.Composite(
+        **{k: ocp.args.StandardSave(v) for k, v in _items(state).items()}),
+        custom_metadata={"for_average": for_average}, force=True)
+    self._for_average[step] = for_average
     if on_signal or not self.async_save:
       self.wait()  # a signal's checkpoint is complete before the process exits
-    if on_signal and jax.process_index() == 0:
-      path = os.path.join(os.path.dirname(self.directory), SIGNAL_CHECKPOINTS)
-      steps = sorted(set(signal_checkpoints(os.path.dirname(self.directory))) | {step})
-      with open(path + ".tmp", "w") as f:
-        json.dump(steps, f)
-      os.replace(path + ".tmp", path)
+    self._prune(newest=step)
     return os.path.join(self.directory, str(step))
 
+  def _prune(self, newest: int) -> None:
+    """Deletes the checkpoints older than `newest` that are kept neither whole nor for
+    averaging, and strips to their parameters the averaging ones no longer kept whole.
+    Every older save is complete here (orbax finishes one before the next begins), and
+    `newest` itself is never touched. Every process calls it (deleting is collective)."""
+    steps = self.steps()
+    whole = set(([s for s in self.resumable_steps() if s != newest] + [newest])[-self.keep:])
+    averaged = set(self.averaging_steps()[-self.keep_for_average:]
+                   if self.keep_for_average else [])
+    for step in steps:
+      if step >= newest or step in whole:
+        continue
+      if step in averaged:
+        if jax.process_index() == 0 and os.path.isdir(self._item_dir(step, TRAINING)):
+          self._discard(self._item_dir(step, TRAINING))
+      else:
+        self._manager.delete(step)
+
+  def _discard(self, path: str) -> None:
+    """Removes a folder by moving it out of the checkpoint first: one killed mid-way leaves
+    a checkpoint whole or stripped, never half of an item."""
+    aside = os.path.join(os.path.dirname(self.directory), DISCARD)
+    os.makedirs(aside, exist_ok=True)
+    target = unused_name(os.path.join(aside, os.path.basename(os.path.dirname(path))))
+    os.replace(path, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
   def restore(self, step: int, like: Any) -> Any:
-    """Checkpoint `step` in the shapes of `like`. The stored shapes are compared first: an
-    array of another shape (another model's checkpoint) is a `_StructureMismatch` before
-    any array is read, where orbax's own refusal leaves its reads failing in the background
-    with a traceback each."""
+    """Checkpoint `step` in the shapes of `like` (a training state). The stored shapes are
+    compared first: an array of another shape (another model's checkpoint) is a
+    `_StructureMismatch` before any array is read, where orbax's own refusal leaves its
+    reads failing in the background with a traceback each."""
     mismatch = self._stored_mismatch(step, like)
     if mismatch:
       raise _StructureMismatch(mismatch)
-    return self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        **{k: ocp.args.StandardRestore(_abstract(v)) for k, v in _items(like).items()}))
+    return restored[TRAINING].replace(params=restored[PARAMS])
 
-  def restore_as_stored(self, step: int) -> Any:
-    """Checkpoint `step` as it was saved (host arrays, no template): for inference, which
-    needs only its parameters, whatever optimiser wrote it."""
-    return self._manager.restore(step, args=ocp.args.StandardRestore())
+  def params(self, step: int, like: Any = None) -> Any:
+    """Checkpoint `step`'s parameters alone, in the shapes of `like` (None: as stored, host
+    arrays): what averaging and inference read, whatever optimiser wrote them."""
+    wanted = None if like is None else _abstract(like)
+    return self._manager.restore(step, args=ocp.args.Composite(
+        **{PARAMS: ocp.args.StandardRestore(wanted)}))[PARAMS]
 
   def identity(self, step: int) -> str | None:
     """Which checkpoint this is, not just its step (a retrained workdir writes new
@@ -95,10 +180,13 @@ class Checkpointer:
     """The first array whose stored shape or presence differs from `like`'s, or None (also
     when the metadata cannot be read: restoring then says what is wrong)."""
     try:
-      stored = _shapes_by_name(self._manager.item_metadata(step))
+      metadata = self._manager.item_metadata(step)
+      stored = {f"{item}.{name}": shape for item in (PARAMS, TRAINING)
+                for name, shape in _shapes_by_name(metadata[item]).items()}
     except Exception:
       return None
-    wanted = _shapes_by_name(like)
+    wanted = {f"{item}.{name}": shape for item, tree in _items(like).items()
+              for name, shape in _shapes_by_name(tree).items()}
     for name in sorted(wanted.keys() | stored.keys()):
       if name not in stored:
         return f"{name} is not in the checkpoint"
@@ -119,7 +207,11 @@ class Checkpointer:
     neither restores, or a checkpoint holds another model's state, it is a one-line error with
     nothing moved; an I/O error is retried, then is one.
     """
-    steps = self.steps()
+    steps = self.resumable_steps()
+    if not steps and self.steps():
+      raise UserError(f"no checkpoint in {self.directory} holds a whole training state (the "
+                      f"older ones keep their parameters alone, for averaging); it cannot be "
+                      f"resumed: average or decode it, or train in another --workdir")
     failed: tuple[int, str, Exception] | None = None
     for step in reversed(steps):
       path = os.path.join(self.directory, str(step))
@@ -332,17 +424,6 @@ def recorded_config(workdir: str) -> ExperimentConfig | None:
   return ExperimentConfig(**sections)
 
 
-SIGNAL_CHECKPOINTS = "signal_checkpoints.json"  # steps checkpointed off schedule, on a signal
-
-
-def signal_checkpoints(workdir: str) -> list[int]:
-  path = os.path.join(workdir, SIGNAL_CHECKPOINTS)
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return json.load(f)
-
-
 def averaged_dir(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), "averaged")
 
@@ -351,21 +432,21 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1:
   "the last 5 checkpoints, which were written at 10-minute intervals").
 
-  Only checkpoints written on the schedule (`train.checkpoint_every_steps` /
-  `checkpoint_every_minutes`, and the last step) count; one written on a signal, at
-  whatever moment the job was preempted, is left out. The steps used go to averaged.json.
+  Only the checkpoints written for averaging count (`Checkpointer.averaging_steps`: on the
+  schedule `average.spacing` names, and the last step); one written on a signal, at whatever
+  moment the job was preempted, or by time between scheduled ones, is left out. The steps
+  used go to averaged.json.
   """
   if not os.path.isdir(os.path.join(workdir, "checkpoints")):
     raise FileNotFoundError(f"no checkpoints in {os.path.join(workdir, 'checkpoints')}")
-  ckpt = Checkpointer(workdir, keep=10**6, create=False)
-  off_schedule = set(signal_checkpoints(workdir))
-  steps = [s for s in ckpt.steps() if s not in off_schedule][-last:]
+  ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True)
+  steps = ckpt.averaging_steps()[-last:]
   if not steps:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
   total = None
   for step in steps:
     try:
-      params = ckpt.restore(step, like_state).params
+      params = ckpt.params(step, like_state.params)
     except Exception as e:  # a damaged or foreign checkpoint: name it, average nothing
       ckpt.close()
       raise UserError(f"cannot average: checkpoint {os.path.join(ckpt.directory, str(step))} "
@@ -377,7 +458,7 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   out = averaged_dir(workdir)
   tmp = out + ".tmp"
   shutil.rmtree(tmp, ignore_errors=True)
-  with ocp.StandardCheckpointer() as writer:
+  with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)) as writer:
     writer.save(os.path.join(tmp, "params"), mean)
   with open(os.path.join(tmp, "averaged.json"), "w") as f:
     json.dump({"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}, f)
@@ -416,13 +497,12 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   from t2t_jax import model
   like = model.abstract_params(cfg.model)
   avg = averaged_dir(workdir)
-  ckpt = Checkpointer(workdir, keep=10**6, create=False) \
+  ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True) \
       if os.path.isdir(os.path.join(workdir, "checkpoints")) else None
   newest = ckpt.steps()[-1] if ckpt and ckpt.steps() else None
   # The average is current when it covers the newest checkpoint that averaging would take: a
   # checkpoint written on a signal (a preemption) never is, as `average` leaves it out.
-  off_schedule = set(signal_checkpoints(workdir))
-  scheduled = [s for s in (ckpt.steps() if ckpt else []) if s not in off_schedule]
+  scheduled = ckpt.averaging_steps() if ckpt else []
   redo = "run --mode=average to write it again"
   try:
     if os.path.exists(avg):
@@ -440,7 +520,8 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
               f"checkpoints)", file=sys.stderr, flush=True)
       elif not scheduled or scheduled[-1] <= steps[-1]:
         try:
-          with ocp.StandardCheckpointer() as reader:
+          with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)
+                                        ) as reader:
             params = reader.restore(os.path.join(avg, "params"), like)
         except Exception as e:  # truncated or foreign files: name them, load nothing
           raise UserError(f"{avg} does not restore ({type(e).__name__}: {_first_line(e)}); "
@@ -454,12 +535,11 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
       return None
     step = newest
     try:
-      restored = ckpt.restore_as_stored(step)
+      params = jax.tree_util.tree_map(np.asarray, ckpt.params(step))
     except Exception as e:  # a damaged newest checkpoint: decode with no other one unasked
       raise UserError(f"checkpoint {os.path.join(ckpt.directory, str(step))} does not restore "
                       f"({type(e).__name__}: {_first_line(e)}); move it away to use the one "
                       f"before, or train again, which sets it aside") from None
-    params = jax.tree_util.tree_map(np.asarray, restored["params"])
     return params, f"checkpoint {step}"
   finally:
     if ckpt:

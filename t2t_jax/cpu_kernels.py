@@ -23,22 +23,27 @@ from t2t_jax.config import ModelConfig
 Array = jax.Array
 
 
+def bf16(cfg: ModelConfig) -> bool:
+  """Whether the model computes in bfloat16 (`model.dtype`, "auto" resolved by backend)."""
+  return backend.compute_dtype(cfg.dtype) == "bfloat16"
+
+
 def compute_dtype(cfg: ModelConfig):
   """The dtype of matmul inputs (and, on the plain path, of sub-layer activations)."""
-  return jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+  return jnp.bfloat16 if bf16(cfg) else jnp.float32
 
 
 def residual_dtype(cfg: ModelConfig):
   """The residual stream's dtype: bf16 only with model.dtype=bfloat16 and
   model.residual_dtype=bfloat16; float32 otherwise (the paper-faithful mixed precision)."""
-  both = cfg.dtype == "bfloat16" and cfg.residual_dtype == "bfloat16"
+  both = bf16(cfg) and cfg.residual_dtype == "bfloat16"
   return jnp.bfloat16 if both else jnp.float32
 
 
 def dense_reads_bf16_as_is(cfg: ModelConfig) -> bool:
   """Whether a bf16 `dense` layer multiplies by a bf16 matrix as it is (the plain path);
   cpu_tuned's layers promote it to float32 and round it back."""
-  return cfg.dtype == "bfloat16" and not _cpu_tuned(cfg)
+  return bf16(cfg) and not _cpu_tuned(cfg)
 
 
 def _cpu_tuned(cfg: ModelConfig) -> bool:
@@ -158,7 +163,7 @@ def project(cfg: ModelConfig, x: Array, kernels: list[Array]) -> list[Array]:
   if not _cpu_tuned(cfg):
     dt = compute_dtype(cfg)
     y = jax.lax.dot_general(x.astype(dt), w.astype(dt), dims)
-  elif cfg.dtype == "bfloat16":
+  elif bf16(cfg):
     y = _bf16_dot_general_f32_out(x, w, dims)
   else:
     y = jax.lax.dot_general(x.astype(jnp.float32), w, dims)
@@ -175,7 +180,7 @@ def dense(cfg: ModelConfig, features: int, use_bias: bool, name: str | None = No
   if not _cpu_tuned(cfg):
     return nn.Dense(features, use_bias=use_bias, name=name, dtype=compute_dtype(cfg),
                     kernel_init=init)
-  if cfg.dtype == "bfloat16":
+  if bf16(cfg):
     return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32,
                     kernel_init=init, dot_general=_bf16_dot_general_f32_out)
   return nn.Dense(features, use_bias=use_bias, name=name, dtype=jnp.float32, kernel_init=init)

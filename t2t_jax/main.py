@@ -24,7 +24,8 @@ from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_spli
                             is_split_name, override, parse_set_flags, resolve_init_from,
                             validate)
 
-MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export")
+MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export",
+         "prepare")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("experiment", None, "A named experiment (listed above), e.g. base_ende, or "
@@ -152,14 +153,29 @@ def run_params(cfg: ExperimentConfig) -> None:
     print(f"  {name:<20s} {count:>12,d}  ({100.0 * count / total:5.1f}%)")
 
 
+def run_prepare(cfg: ExperimentConfig) -> None:
+  """Downloads (tfds, hf) and prepares the experiment's data into the data folder, as
+  training's first stage would, and says where, how big and how long: a long preparation
+  (WMT14) done ahead, on one machine, before the accelerators are reserved."""
+  import time
+  from t2t_jax import input_pipeline
+  folder = cfg.data.data_dir or input_pipeline.default_data_dir()
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise UsageError(f"the data folder {folder} is a file, not a directory")
+  start = time.time()
+  directory = input_pipeline.prepared_dir(input_pipeline.resolve_splits(cfg))
+  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory)
+             for f in files)
+  shown = f"{size / 1e9:,.2f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
+  print(f"data ready in {directory} ({shown}, {time.time() - start:,.0f} s); training reads it "
+        f"from there", flush=True)
+
+
 def start_distributed() -> None:
   """Joins a multi-process job if asked to (before any JAX computation)."""
   explicit = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
   if not FLAGS.distributed and all(x is None for x in explicit):
     return
-  if FLAGS.mode != "train":
-    raise UsageError(f"multi-process runs are for training; run --mode={FLAGS.mode} as one "
-                     f"process")
   if any(x is None for x in explicit) and not all(x is None for x in explicit):
     raise UsageError("give all of --coordinator_address, --num_processes and --process_id, "
                      "or --distributed to read them from the cluster environment")
@@ -182,6 +198,9 @@ def main(argv: list[str]) -> None:
   cfg = load_config(FLAGS.experiment, FLAGS.set, FLAGS.dataset)
   if FLAGS.mode == "params":
     run_params(cfg)
+    return
+  if FLAGS.mode == "prepare":
+    run_prepare(cfg)
     return
   if FLAGS.ensemble and FLAGS.mode not in ("eval", "translate", "score"):
     raise UsageError(f"--ensemble is for --mode=eval, translate or score, not "
@@ -209,6 +228,8 @@ def main(argv: list[str]) -> None:
   gives_data = bool(FLAGS.dataset) or any(s.strip().startswith("data.") for s in FLAGS.set)
   if FLAGS.mode != "train" and not gives_data:
     cfg = bookkeeping.with_recorded_data(cfg, workdir)
+  cfg = bookkeeping.with_compute_dtype(cfg, workdir, training=FLAGS.mode == "train")
+  validate(cfg)  # what depends on the resolved dtype
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read
     cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
   if FLAGS.splits and FLAGS.mode != "eval":
@@ -223,7 +244,14 @@ def main(argv: list[str]) -> None:
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":
     run_train(cfg, workdir)
-  elif FLAGS.mode == "average":
+  else:  # one-host work: in a multi-host job, process 0's while the others wait
+    from t2t_jax import parallel
+    parallel.process_zero_only(lambda: run_mode(cfg, workdir, splits), f"run --mode={FLAGS.mode}")
+
+
+def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str]) -> None:
+  """Every mode but training, on this process's devices."""
+  if FLAGS.mode == "average":
     from t2t_jax import train, translator
     for member in translator.member_dirs(cfg, workdir):
       train.run_average(cfg, member)
@@ -265,22 +293,20 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
     return
   if not finished or not cfg.train.final_eval:
     return
-  import jax
-  if jax.process_count() > 1:
-    # Decoding is a one-host job; a cluster script runs it as its next step.
-    if jax.process_index() == 0:
-      base = f"python -m t2t_jax.main --experiment={cfg.name} --workdir={workdir}"
-      print(f"training finished; average and evaluate with one process:\n  {base} "
-            f"--mode=average && {base} --mode=eval", flush=True)
-    return
-  if not print_stored_eval(cfg, workdir, [workdir]):
-    try:
-      with _sigterm_stops():
-        train.run_average(cfg, workdir)
-        inference.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
-    except _Stopped:
-      print(f"stopped on SIGTERM during the final evaluation; training is complete and "
-            f"checkpointed. Decode with the same command:\n  {again}", flush=True)
+  from t2t_jax import parallel
+
+  def average_and_evaluate() -> None:
+    """One-host work: in a multi-host job, process 0's on its own devices."""
+    if print_stored_eval(cfg, workdir, [workdir]):
+      return
+    train.run_average(cfg, workdir)
+    inference.run_eval(cfg, workdir, samples=3, splits=final_eval_splits(cfg))
+  try:
+    with _sigterm_stops():
+      parallel.process_zero_only(average_and_evaluate, "average and evaluate")
+  except _Stopped:
+    print(f"stopped on SIGTERM during the final evaluation; training is complete and "
+          f"checkpointed. Decode with the same command:\n  {again}", flush=True)
 
 
 def _this_command() -> str:

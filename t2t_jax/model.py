@@ -683,7 +683,7 @@ def train_bytes_per_token(cfg: ModelConfig, length: int, full_logits: bool) -> f
   (none kept by the fused kernel), the FFN's hidden layer, dropout masks; x1.5 for XLA's
   temporaries.
   """
-  c = 2 if cfg.dtype == "bfloat16" else 4
+  c = 2 if kernels.bf16(cfg) else 4
   d, h = cfg.d_model, cfg.num_heads
   scores = 0 if cfg.fused_attention else h * length * (4 + c)
   attention = 8 * d + 4 * c * h * max(cfg.d_k, cfg.d_v) + scores
@@ -704,7 +704,7 @@ def inference_variables(params: Any, cfg: ModelConfig) -> dict[str, Any]:
   bf16 values either way (they cast their float32 inputs), so the search finds the same
   hypotheses; biases, LayerNorm and the embedding lookup keep float32. (Where the dense
   layers promote their matrices to float32 first, XLA:CPU's path, they stay float32.)"""
-  if cfg.dtype != "bfloat16":
+  if not kernels.bf16(cfg):
     return {"params": params}
   if kernels.dense_reads_bf16_as_is(cfg):
     cast = lambda path, x: (x.astype(jnp.bfloat16)

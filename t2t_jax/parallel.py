@@ -226,6 +226,19 @@ def process_zero_first(action: Callable[[], T], what: str) -> T:
   """
   if jax.process_count() == 1:
     return action()
+  if jax.process_index() == 0:
+    return process_zero_only(action, what)
+  process_zero_only(action, what)
+  return action()
+
+
+def process_zero_only(action: Callable[[], T], what: str) -> T | None:
+  """`action()` on process 0 alone, on its own devices, while the other processes wait for
+  it (None there): decoding and averaging, one-host work, inside a multi-host job whose
+  hosts cannot run a program alone (a TPU slice's). A failure on process 0 ends every
+  process with the same one-line error."""
+  if jax.process_count() == 1:
+    return action()
   from jax._src import distributed  # the job's key-value store (orbax uses it the same way)
   client = distributed.global_state.client
   key = f"t2t_jax/{what.replace(' ', '_')}/{next(_ANNOUNCEMENTS)}"
@@ -250,7 +263,7 @@ def process_zero_first(action: Callable[[], T], what: str) -> T:
             f"({(time.time() - start) / 60:.0f} min)", flush=True)
   if outcome != "done":
     raise UserError(f"process 0 could not {what}: {outcome.removeprefix('failed: ')}")
-  return action()
+  return None
 
 
 class WaitStopped(Exception):

@@ -287,6 +287,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   Returns the final state, the name of the signal that stopped training early (if any),
   and whether training is finished (all steps done, or the time budget spent).
   """
+  cfg = bookkeeping.with_compute_dtype(cfg, workdir, training=True)
   t = cfg.train
   startup = bookkeeping.StartUp()
   startup.mark("set-up")  # imports, flags, the backend
@@ -296,11 +297,13 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   startup.mark("data")
   optimizer = optim.make_optimizer(cfg)
   ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
-                                  async_save=t.async_checkpoints)
+                                  async_save=t.async_checkpoints,
+                                  keep_for_average=cfg.average.last)
   start = start_state(cfg, optimizer, ckpt, workdir, ds, fresh, recorded)
   startup.mark("state")  # parameters and optimiser state, made or restored
   print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
-        f"{ds.num_devices} device(s), {t.tokens_per_step:,d} tokens per step per side, "
+        f"{ds.num_devices} device(s), {cfg.model.dtype} compute, {t.tokens_per_step:,d} "
+        f"tokens per step per side, "
         f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
         f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
         f"steps, workdir {workdir}", flush=True)
@@ -477,12 +480,13 @@ class Saver:
   def __init__(self, ckpt: checkpoints.Checkpointer, step: int):
     self.ckpt, self.step, self.time = ckpt, step, time.time()
 
-  def save(self, state: TrainState, step: int, on_signal: bool = False) -> None:
+  def save(self, state: TrainState, step: int, for_average: bool = False,
+           on_signal: bool = False) -> None:
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
     with bookkeeping.checkpoint_errors(self.ckpt, step):
-      path = self.ckpt.save(step, host, on_signal=on_signal)
+      path = self.ckpt.save(step, host, for_average=for_average, on_signal=on_signal)
     self.step, self.time = step, time.time()
     print(f"{'saving' if self.ckpt.async_save and not on_signal else 'saved'} checkpoint "
           f"{path}", flush=True)
@@ -536,6 +540,7 @@ class Due:
   evaluate: bool
   bleu: bool
   checkpoint: bool
+  for_average: bool  # the checkpoint is one that averaging reads
   stop: bool
 
   @property
@@ -733,20 +738,39 @@ def due_actions(run: Run, step: int) -> Due:
   steps when any action may be due (`train.sync_every_steps` at least)."""
   t, stop = run.cfg.train, run.stop
   stop_now = time_to_save = False
+  by_steps = on_step_schedule(t, step)
   if (jax.process_count() == 1 or step % t.sync_every_steps == 0 or
-      step % t.log_every_steps == 0 or step % t.checkpoint_every_steps == 0 or
+      step % t.log_every_steps == 0 or by_steps or
       step % t.eval_every_steps == 0 or step == t.steps):
     stop_now, time_to_save = run.clock.agree(
         stop.signal_name is not None,
-        time.time() - run.saver.time >= 60 * t.checkpoint_every_minutes)
+        minutes_due(t, (time.time() - run.saver.time) / 60))
     if stop_now:
       stop.signal_name = stop.signal_name or "a signal to another process"
   last = step == t.steps or run.clock.budget_spent
   bleu = bool(run.dev_bleu and step % t.bleu_every_steps == 0)
+  checkpoint, for_average = checkpoint_due(run.cfg, step, time_to_save, last)
   return Due(log=step % t.log_every_steps == 0 or last or bleu,
              evaluate=step % t.eval_every_steps == 0 or last, bleu=bleu,
-             checkpoint=step % t.checkpoint_every_steps == 0 or last or time_to_save,
-             stop=stop_now)
+             checkpoint=checkpoint, for_average=for_average, stop=stop_now)
+
+
+def on_step_schedule(t: TrainConfig, step: int) -> bool:
+  """`step` is one of `train.checkpoint_every_steps`'s, counted back from `train.steps`."""
+  return bool(t.checkpoint_every_steps) and (t.steps - step) % t.checkpoint_every_steps == 0
+
+
+def minutes_due(t: TrainConfig, minutes_since_save: float) -> bool:
+  return bool(t.checkpoint_every_minutes) and minutes_since_save >= t.checkpoint_every_minutes
+
+
+def checkpoint_due(cfg: ExperimentConfig, step: int, time_to_save: bool, last: bool
+                   ) -> tuple[bool, bool]:
+  """(a checkpoint follows `step`, averaging reads it): on the step schedule, by time, or at
+  the last step; averaged when on the schedule `average.spacing` names, or the last."""
+  by_steps = on_step_schedule(cfg.train, step)
+  averaged = by_steps if cfg.average.spacing == "steps" else time_to_save
+  return by_steps or time_to_save or last, averaged or last
 
 
 def act(run: Run, state: TrainState, step: int, due: Due, fetched: list[dict[str, Any]],
@@ -761,7 +785,7 @@ def act(run: Run, state: TrainState, step: int, due: Due, fetched: list[dict[str
   if values:
     run.metrics_log.write(step, values)
   if due.checkpoint:
-    run.saver.save(state, step)
+    run.saver.save(state, step, for_average=due.for_average)
 
 
 def log_line(run: Run, step: int, fetched: list[dict[str, Any]],

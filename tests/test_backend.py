@@ -220,3 +220,13 @@ def test_gpu_xla_flags_are_added_on_gpu_hosts_only_and_never_override_the_user()
   env = {"JAX_PLATFORMS": "cpu"}
   backend.apply_xla_flags(env)
   assert "XLA_FLAGS" not in env
+
+
+@pytest.mark.parametrize("platform, auto", [("cpu", "float32"), ("gpu", "bfloat16"),
+                                            ("tpu", "bfloat16")])
+def test_model_dtype_auto_is_bf16_on_accelerators_and_float32_on_cpu(monkeypatch, platform,
+                                                                      auto):
+  monkeypatch.setattr(backend, "platform", lambda: platform)
+  assert backend.compute_dtype("auto") == auto
+  assert backend.compute_dtype("float32") == "float32"  # a setting is kept as given
+  assert backend.compute_dtype("bfloat16") == "bfloat16"

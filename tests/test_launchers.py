@@ -237,30 +237,45 @@ def test_srun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(slurm, tmp
 def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slurm, tmp_path):
   """launch/slurm_gpu.sbatch unchanged, on two nodes of one task each: only
   environment variables adapt it (the experiment, workdir and data folder it reads, and
-  SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every step."""
+  SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every task. A
+  segment stopped by SIGTERM to its steps (what `--signal=TERM@180` sends before the time
+  limit) checkpoints and neither averages nor evaluates; the resubmission resumes, and
+  at the last step averages and evaluates once."""
   workdir = tmp_path / "sbatch_run"
-  extra = {**EXTRA, "train.checkpoint_every_steps": 2}
+  env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
+         "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
+         "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
 
-  def submit(steps):
-    env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
-           "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
-           "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
-    r = subprocess.run(["sbatch", "--wait", str(REPO / "launch/slurm_gpu.sbatch"),
-                        *set_flags(_train_sets(steps, extra))],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    job = r.stdout.split()[-1] if r.stdout.strip() else "?"
-    log = (tmp_path / f"job-{job}.out")
+  def submit(steps, stop=False):
+    extra = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
+    proc = subprocess.Popen(["sbatch", "--wait", "--parsable",
+                             str(REPO / "launch/slurm_gpu.sbatch"),
+                             *set_flags(_train_sets(steps, extra))],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    job = proc.stdout.readline().strip().split(";")[0]
+    log = tmp_path / f"job-{job}.out"
+    if stop:  # once both tasks train, SIGTERM to the job's steps (not its batch shell)
+      deadline = time.time() + TIMEOUT
+      while (not log.exists() or log.read_text().count("parameters, 4 device(s)") < 2):
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(1)
+      time.sleep(3)
+      subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True)
+    _, err = proc.communicate(timeout=TIMEOUT)
     out = log.read_text() if log.exists() else ""
-    assert r.returncode == 0, (r.stdout, r.stderr, out[-3000:])
+    assert proc.returncode == 0, (err, out[-3000:])
     return out
 
-  out = submit(4)
+  out = submit(100_000, stop=True)
   assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
-  assert "averaged" in out and "test: sacreBLEU" in out, out[-3000:]
+  assert "on SIGTERM" in out and "averaged" not in out and "sacreBLEU" not in out, out[-3000:]
+  stopped = _stopped_step(out)
+  out = submit(stopped + 2)  # resubmitting the job resumes it, and finishes
+  assert out.count(f"resuming from checkpoint {stopped}") == 2, out[-3000:]
+  assert "averaged" in out and out.count("test: sacreBLEU") == 1, out[-3000:]
   assert (workdir / "eval" / "test.json").exists() and (workdir / "averaged").is_dir()
-  out = submit(6)  # resubmitting the job resumes it
-  assert out.count("resuming from checkpoint 4") == 2, out[-3000:]
-  _assert_equals_single_process(tmp_path, workdir, 6)
+  _assert_equals_single_process(tmp_path, workdir, stopped + 2)
 
 
 @pytest.mark.parametrize("tasks_per_node, visible", [("1(x2)", "all"), ("2", "0")])
@@ -278,3 +293,49 @@ def test_one_task_per_node_drives_every_gpu_of_its_node(tasks_per_node, visible)
                      text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   assert f"visible {visible}" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Cloud TPU: launch/tpu_vm.sh through a gcloud stand-in (tests/gcloud_standin.py) that runs
+# each payload for real on this machine, once per worker of a two-host "slice"
+
+
+def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_path):
+  """setup builds a wheel of this checkout and installs it on each host (EXTRAS without
+  libtpu: no TPU here); train forwards its arguments to every host's trainer, which trains as
+  a two-process job, then averages and evaluates on process 0; eval does it again; train
+  again resumes on both hosts."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  gcloud = bin_dir / "gcloud"
+  gcloud.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/gcloud_standin.py'} "
+                    f"\"$@\"\n")
+  gcloud.chmod(0o755)
+  workdir = tmp_path / "shared" / "run"
+  env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TPU_NAME": "test-slice",
+         "ZONE": "here", "EXPERIMENT": "demo", "WORKDIR": str(workdir), "EXTRAS": "tfds",
+         "PYTHON": sys.executable, "TPU_STANDIN_ROOT": str(tmp_path / "hosts"),
+         "XLA_FLAGS": DEVICES.format(4)}
+
+  def script(*args):
+    r = subprocess.run(["bash", str(REPO / "launch/tpu_vm.sh"), *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return r.stdout + r.stderr
+
+  script("setup")
+  for host in ("worker0", "worker1"):
+    installed = list((tmp_path / "hosts" / host / "t2t_jax_env").glob(
+        "lib/python*/site-packages/t2t_jax/main.py"))
+    assert installed, f"{host} has no t2t_jax installed"
+  trains = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
+  out = script("train", *set_flags(_train_sets(4, trains)))
+  assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
+  assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
+  assert (workdir / "eval" / "test.json").exists()
+  assert (tmp_path / "shared" / "t2t_data").is_dir()  # DATA_DIR beside the workdir
+  out = script("eval", *set_flags(_train_sets(4, EXTRA)))
+  assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
+  out = script("train", *set_flags(_train_sets(6, trains)))
+  assert out.count("resuming from checkpoint 4") == 2, out[-3000:]
+  _assert_equals_single_process(tmp_path, workdir, 6)

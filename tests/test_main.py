@@ -65,8 +65,6 @@ BAD_INPUT = [
      "give all of --coordinator_address, --num_processes and --process_id"),
     (["--experiment=demo", "--mode=train", "--workdir=/nonexistent/w", "--process_id=2",
       "--num_processes=2", "--coordinator_address=localhost:1"], "--process_id=2 is not in 0..1"),
-    (["--experiment=demo", "--mode=eval", "--workdir=/nonexistent/w", "--distributed"],
-     "multi-process runs are for training"),
     (["--experiment=demo", "--mode=average", "--workdir=/nonexistent/w", "--ensemble=/x"],
      "--ensemble is for --mode=eval, translate or score, not --mode=average"),
     # Issue 51: path arguments and --layer checked before any model loads (a directory as
@@ -294,3 +292,21 @@ def test_a_sigterm_whose_raise_a_gc_callback_swallowed_still_stops_the_final_eva
   finally:
     gc.callbacks.remove(callback)
   assert signal.getsignal(signal.SIGTERM) is before  # the handler before the block is back
+
+
+def test_prepare_mode_prepares_the_data_training_then_reads(tmp_path):
+  """`--mode=prepare` does training's first stage alone, no workdir needed, into the data
+  folder that training reads: a second command finds the cache and prepares nothing."""
+  env = {**os.environ, "T2T_JAX_DATA_DIR": str(tmp_path / "data")}
+  sets = ["--set", "model.vocab_size=64", "--set", "data.max_length=32"]
+  r = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=demo",
+                      "--mode=prepare", *sets], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "data ready in" in r.stdout and "tokenising train" in r.stdout + r.stderr
+  cached = [p for p in (tmp_path / "data").rglob("meta.json")]
+  assert len(cached) == 1
+  r = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=demo",
+                      "--mode=prepare", *sets], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0 and "tokenising" not in r.stdout + r.stderr

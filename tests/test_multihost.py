@@ -201,3 +201,24 @@ def test_a_two_process_job_logs_dev_bleu_from_process_zero(tmp_path):
   assert "dev sacreBLEU" in outs[0] and "dev sacreBLEU" not in outs[1]
   with open(tmp_path / "metrics.jsonl") as f:
     assert '"dev_bleu"' in f.read()
+
+
+def test_a_finished_two_process_job_averages_and_evaluates_on_process_zero(tmp_path):
+  """A multi-host job's hosts cannot each run a program alone (a TPU slice's), so the end of
+  training, and `--mode=eval` in a job, decode on process 0's devices while the others wait:
+  one evaluation, every process exits 0."""
+  outs = _run_two_processes(tmp_path, 2, {"train.final_eval_test": False})
+  assert "averaged" in outs[0] and "valid: sacreBLEU" in outs[0], outs[0][-3000:]
+  assert "sacreBLEU" not in outs[1] and "waiting for process 0 to average" in outs[1]
+  assert (tmp_path / "eval" / "valid.json").exists()
+  port = _free_port()
+  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  procs = [subprocess.Popen(
+      _train_cmd(tmp_path, 2, {"train.final_eval_test": False})  # its last --mode wins
+      + ["--mode=eval", "--splits=valid", f"--coordinator_address=localhost:{port}",
+         "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(2)]
+  outs = [p.communicate(timeout=600)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+  assert "valid: sacreBLEU" in outs[0] and "sacreBLEU" not in outs[1]

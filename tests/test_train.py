@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -627,16 +628,17 @@ def test_another_shape_is_found_from_the_stored_shapes_before_any_array_is_read(
   from t2t_jax.errors import UserError
   import jax.numpy as jnp
   ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
-  ckpt.save(1, {"w": jnp.zeros(4), "b": jnp.zeros(2)})
+  ckpt.save(1, _Small({"w": jnp.zeros(4), "b": jnp.zeros(2)}))
   reads = []
-  monkeypatch.setattr(ckpt._manager, "restore", lambda *a, **k: reads.append(a))
-  with pytest.raises(UserError, match=r"first difference: w is stored with shape \(4,\), "
+  monkeypatch.setattr(ckpt._manager, "restore",
+                      lambda *a, **k: reads.append(a) or {"params": {}, "training": _Small({})})
+  with pytest.raises(UserError, match=r"first difference: params.w is stored with shape \(4,\), "
                                       r"this run's is \(8,\)\); nothing was moved"):
-    ckpt.restore_latest({"w": jnp.zeros(8), "b": jnp.zeros(2)})
-  with pytest.raises(UserError, match="first difference: c is not in the checkpoint"):
-    ckpt.restore_latest({"w": jnp.zeros(4), "b": jnp.zeros(2), "c": jnp.zeros(1)})
+    ckpt.restore_latest(_Small({"w": jnp.zeros(8), "b": jnp.zeros(2)}))
+  with pytest.raises(UserError, match="first difference: params.c is not in the checkpoint"):
+    ckpt.restore_latest(_Small({"w": jnp.zeros(4), "b": jnp.zeros(2), "c": jnp.zeros(1)}))
   assert reads == []
-  ckpt.restore_latest({"w": jnp.zeros(4), "b": jnp.zeros(2)})  # the same shapes: it reads
+  ckpt.restore_latest(_Small({"w": jnp.zeros(4), "b": jnp.zeros(2)}))  # the same: it reads
   assert len(reads) == 1
   ckpt.close()
 
@@ -695,7 +697,7 @@ def test_averaging_leaves_out_checkpoints_written_on_a_signal(tmp_path):
                                                                 state.params)),
               on_signal=step == 23)
   ckpt.close()
-  assert checkpoints.signal_checkpoints(str(tmp_path)) == [23]
+  assert checkpoints.Checkpointer(str(tmp_path), keep=10).averaging_steps() == [10, 20, 30]
   _, steps = checkpoints.average(str(tmp_path), 3, state)
   assert steps == [10, 20, 30]
   params, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
@@ -912,6 +914,13 @@ def test_dev_bleu_and_samples_are_logged_while_training(tmp_path, capsys):
   assert [e.step for e in events.Scalars("dev_bleu")] == [10, 20]
 
 
+@flax.struct.dataclass
+class _Small:
+  """A training state at its smallest: parameters and the rest, a checkpoint's two items."""
+  params: dict
+  step: jax.Array = flax.struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+
+
 def _truncate(directory: Path) -> None:
   for f in directory.rglob("*"):
     if f.is_file() and f.stat().st_size > 0:
@@ -928,10 +937,10 @@ def test_an_error_of_every_checkpoint_moves_none_and_nothing_set_aside_is_delete
   import jax.numpy as jnp
   ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
   for step in (1, 2, 3):
-    ckpt.save(step, {"w": jnp.full(4, float(step))})
+    ckpt.save(step, _Small({"w": jnp.full(4, float(step))}))
   with pytest.raises(UserError, match="does not hold this run's training state.*nothing was "
                                       "moved"):
-    ckpt.restore_latest({"w": jnp.zeros(8)})
+    ckpt.restore_latest(_Small({"w": jnp.zeros(8)}))
   assert ckpt.steps() == [1, 2, 3] and not list(tmp_path.glob("corrupt_checkpoint_*"))
 
   (tmp_path / "corrupt_checkpoint_3").mkdir()  # what an earlier start set aside
@@ -940,13 +949,13 @@ def test_an_error_of_every_checkpoint_moves_none_and_nothing_set_aside_is_delete
   _truncate(tmp_path / "checkpoints" / "2")
   with pytest.raises(UserError, match="checkpoints 3 and 2 .* both fail to restore.*nothing "
                                       "was moved"):
-    ckpt.restore_latest({"w": jnp.zeros(4)})
+    ckpt.restore_latest(_Small({"w": jnp.zeros(4)}))
   assert ckpt.steps() == [1, 2, 3]
   shutil.rmtree(tmp_path / "checkpoints" / "2")
   ckpt.close()
   ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
-  restored, step = ckpt.restore_latest({"w": jnp.zeros(4)})
-  assert step == 1 and float(restored["w"][0]) == 1.0
+  restored, step = ckpt.restore_latest(_Small({"w": jnp.zeros(4)}))
+  assert step == 1 and float(restored.params["w"][0]) == 1.0
   assert (tmp_path / "corrupt_checkpoint_3" / "marker").read_text() == "original"
   assert (tmp_path / "corrupt_checkpoint_3.1").is_dir()
   ckpt.close()
@@ -1411,7 +1420,12 @@ def test_settings_this_backend_cannot_run_are_refused_at_start_up(monkeypatch, t
   from t2t_jax.errors import UserError
   cfg = tiny_cfg(**FAST_DATA)
   with pytest.raises(ConfigError, match="residual_dtype=bfloat16 .* model.dtype=bfloat16"):
-    validate(override(cfg, {"model.residual_dtype": "bfloat16"}))
+    validate(override(cfg, {"model.residual_dtype": "bfloat16", "model.dtype": "float32"}))
+  # model.dtype=auto is float32 on this CPU: refused once resolved, as `main` resolves it.
+  lean = override(cfg, {"model.residual_dtype": "bfloat16"})
+  validate(lean)
+  with pytest.raises(ConfigError, match="residual_dtype=bfloat16 .* model.dtype=bfloat16"):
+    validate(bookkeeping.with_compute_dtype(lean, str(tmp_path), training=True))
   offsets = {"model.fused_attention": True, "model.attention_dropout": 0.0,
              "model.segment_attention": "offsets"}
   with pytest.raises(ConfigError, match="offsets is a layout of packed rows"):
@@ -1429,17 +1443,20 @@ def test_settings_this_backend_cannot_run_are_refused_at_start_up(monkeypatch, t
 
 # What every "auto" setting that picks a code path resolves to on a GPU (and TPU), checked
 # against backend.py below: the settings the GPU-path training test trains with on CPU.
-GPU_PATHS = {"model.implementation": "plain", "model.fused_projections": True,
+GPU_PATHS = {"model.dtype": "bfloat16", "model.implementation": "plain",
+             "model.fused_projections": True,
              "model.segment_attention": "bias", "data.packing": True,
              "train.loss_chunk_tokens": 4096, "train.lean_loss": True}
 
 
-def test_the_gpu_paths_are_what_backend_resolves_on_a_gpu(monkeypatch):
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_the_gpu_paths_are_what_backend_resolves_on_a_gpu(monkeypatch, platform):
   from t2t_jax.config import ModelConfig, TrainConfig
   m, t = ModelConfig(), TrainConfig()
-  monkeypatch.setattr(train.backend, "platform", lambda: "gpu")
+  monkeypatch.setattr(train.backend, "platform", lambda: platform)
   b = train.backend
-  assert {"model.implementation": b.model_path(m.implementation),
+  assert {"model.dtype": b.compute_dtype(m.dtype),
+          "model.implementation": b.model_path(m.implementation),
           "model.fused_projections": b.fused_projections(m.fused_projections),
           "model.segment_attention": b.segment_attention(m.segment_attention, "bfloat16"),
           "data.packing": b.packing(DataConfig().packing),
@@ -1479,3 +1496,109 @@ def test_a_shape_that_compiling_ahead_missed_is_counted_in_the_loop(tmp_path, mo
   train.train_and_evaluate(cfg, str(tmp_path))
   rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert rows[-1]["compiles_after_warmup"] >= 1
+
+
+def test_model_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_recorded_one(tmp_path,
+                                                                                  capsys):
+  """`model.dtype=auto` is float32 on this CPU (bfloat16 on GPU and TPU: the GPU-paths test
+  above), experiment.json records the resolved dtype, and a resumed run computes in the
+  recorded one whatever machine resumes it; `--set model.dtype=...` still decides."""
+  def dtype_of(workdir):
+    return json.loads((workdir / "experiment.json").read_text())["config"]["model"]["dtype"]
+  base = override(tiny_cfg(**FAST_DATA), {"train.final_eval": False})
+  assert base.model.dtype == "auto"
+  assert bookkeeping.with_compute_dtype(registry.get("base_ende"), str(tmp_path / "none"),
+                                        training=True).model.dtype == "float32"
+  fresh = tmp_path / "fresh"
+  train.train_and_evaluate(override(base, {"train.steps": 1}), str(fresh))
+  assert dtype_of(fresh) == "float32" and "float32 compute" in capsys.readouterr().out
+  gpu_run = tmp_path / "bf16"  # as a GPU's auto would have recorded it
+  train.train_and_evaluate(override(base, {"train.steps": 1, "model.dtype": "bfloat16"}),
+                           str(gpu_run))
+  capsys.readouterr()
+  train.train_and_evaluate(override(base, {"train.steps": 2}), str(gpu_run))  # auto, on CPU
+  assert "bfloat16 compute" in capsys.readouterr().out and dtype_of(gpu_run) == "bfloat16"
+  train.train_and_evaluate(override(base, {"train.steps": 3, "model.dtype": "float32"}),
+                           str(gpu_run))
+  assert "float32 compute" in capsys.readouterr().out and dtype_of(gpu_run) == "float32"
+
+
+# The paper's training times (section 5.2): base 100k steps in 12 hours, big 300k in 3.5 days,
+# checkpoints every 10 minutes, the last 5 (base) or 20 (big) averaged (section 6.1).
+PAPER_RUNS = {"base_ende": (100_000, 12.0, 5), "big_ende": (300_000, 84.0, 20),
+              "base_enfr": (100_000, 12.0, 5), "big_enfr": (300_000, 84.0, 20)}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_RUNS))
+def test_the_averaged_window_is_the_papers_in_steps_at_any_device_speed(name):
+  """Simulates the trainer's checkpoint decisions over the whole run at a P100's pace and at
+  20x and 1/3 of it: the checkpoints averaging reads are the same steps, and they span the
+  paper's window (checkpoints 10 minutes apart at its pace) within 10%."""
+  cfg = registry.get(name)
+  steps, hours, last = PAPER_RUNS[name]
+  assert cfg.train.steps == steps and cfg.average.last == last
+  paper_window = last * steps / (hours * 60 / 10)  # `last` ten-minute intervals, in steps
+  windows = set()
+  for step_minutes in (hours * 60 / steps * f for f in (1.0, 1 / 20, 3.0)):
+    since, averaged = 0.0, []
+    for step in range(1, steps + 1):
+      since += step_minutes
+      checkpoint, for_average = train.checkpoint_due(
+          cfg, step, train.minutes_due(cfg.train, since), step == steps)
+      if checkpoint:
+        since = 0.0
+      if for_average:
+        averaged.append(step)
+    read = averaged[-last:]
+    assert read[-1] == steps
+    windows.add((read[0], read[-1] - read[0] + read[1] - read[0]))  # `last` intervals
+  assert len(windows) == 1  # the same checkpoints at every pace
+  window = windows.pop()[1]
+  assert abs(window / paper_window - 1) < 0.10, (window, paper_window)
+
+
+def test_older_checkpoints_keep_their_parameters_for_averaging_the_rest_are_deleted(tmp_path):
+  """keep=2 whole, 3 for averaging: after steps 1..7 (even ones for averaging, 5 on a
+  signal), 6 and 7 are whole, 2 and 4 keep their parameters alone, the others are gone;
+  resuming falls back past a damaged 7 to 6, and averaging reads 2, 4, 6."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=2, keep_for_average=3)
+  for step in range(1, 8):
+    ckpt.save(step, state.replace(step=jnp.array(step, jnp.int32), params=jax.tree_util.tree_map(
+        lambda x: x * 0 + step, state.params)), for_average=step % 2 == 0, on_signal=step == 5)
+  ckpt.close()
+  folder = tmp_path / "checkpoints"
+  assert sorted(int(p.name) for p in folder.iterdir()) == [2, 4, 6, 7]
+  assert [s for s in (2, 4, 6, 7) if (folder / str(s) / "training").is_dir()] == [6, 7]
+  assert all((folder / str(s) / "params").is_dir() for s in (2, 4, 6, 7))
+  _truncate(folder / "7")
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=2, keep_for_average=3)
+  restored, step = ckpt.restore_latest(state)
+  ckpt.close()
+  assert step == 6 and int(restored.step) == 6
+  _, steps = checkpoints.average(str(tmp_path), 3, state)
+  assert steps == [2, 4, 6]
+  params, _ = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert float(jax.tree_util.tree_leaves(params)[0].ravel()[0]) == pytest.approx(4.0)
+
+
+def test_a_run_keeps_two_whole_checkpoints_and_averages_the_last_on_its_step_schedule(
+    tmp_path):
+  """A run of 40 steps, checkpoints every 7 counted back from the end (40, 33, 26, ...):
+  the newest two whole, the last 3 averaged ones kept, the older with parameters alone;
+  then resumed to 47, where the schedule is counted back from 47."""
+  sets = {"train.checkpoint_every_steps": 7, "train.checkpoint_every_minutes": 0,
+          "average.last": 3, "train.keep_checkpoints": 2}
+  cfg = override(tiny_cfg(**FAST_DATA), {**sets, "train.steps": 40, "train.final_eval": False,
+                                         "train.eval_every_steps": 40})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  folder = tmp_path / "checkpoints"
+  assert sorted(int(p.name) for p in folder.iterdir()) == [26, 33, 40]
+  assert [s for s in (26, 33, 40) if (folder / str(s) / "training").is_dir()] == [33, 40]
+  train.run_average(cfg, str(tmp_path))
+  assert json.loads((tmp_path / "averaged" / "averaged.json").read_text())["steps"] == [
+      26, 33, 40]
+  train.train_and_evaluate(override(cfg, {"train.steps": 47}), str(tmp_path))
+  assert sorted(int(p.name) for p in folder.iterdir()) == [33, 40, 47]
+  assert [s for s in (33, 40, 47) if (folder / str(s) / "training").is_dir()] == [40, 47]

@@ -45,7 +45,7 @@ def _one_hour_recipe(dataset: str, test_split: str) -> ExperimentConfig:
       # includes compilation and dev evaluation, so `steps` is only an upper bound.
       train=TrainConfig(steps=10000, max_train_minutes=60.0, tokens_per_step=3072,
                         max_tokens_per_batch=3072, warmup_steps=600, checkpoint_every_steps=200,
-                        checkpoint_every_minutes=10.0, keep_checkpoints=10,
+                        checkpoint_every_minutes=10.0,
                         # The paper's schedule never anneals; an hour ends mid-schedule, so the
                         # rate falls linearly to 0 over its last 20 minutes.
                         cooldown_minutes=20.0,

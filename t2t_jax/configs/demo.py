@@ -22,7 +22,7 @@ def demo() -> ExperimentConfig:
       # A smaller model needs fewer tokens per update and a shorter warmup.
       train=TrainConfig(steps=600, tokens_per_step=2048, max_tokens_per_batch=2048,
                         warmup_steps=300, checkpoint_every_steps=150,
-                        checkpoint_every_minutes=10.0, keep_checkpoints=5,
+                        checkpoint_every_minutes=10.0,
                         eval_every_steps=600, log_every_steps=50),
       decode=DecodeConfig(beam_size=4, alpha=0.6, max_extra_length=50),
       average=AverageConfig(last=3),
