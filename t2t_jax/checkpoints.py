@@ -126,7 +126,9 @@ class Checkpointer:
     Every older save is complete here (orbax finishes one before the next begins), and
     `newest` itself is never touched. Every process calls it (deleting is collective)."""
     steps = self.steps()
-    whole = set(([s for s in self.resumable_steps() if s != newest] + [newest])[-self.keep:])
+    # The newest `keep` are whole by construction (only older ones are ever stripped); every
+    # process decides from the same listing, so all of them delete the same steps together.
+    whole = set(steps[-self.keep:])
     averaged = set(self.averaging_steps()[-self.keep_for_average:]
                    if self.keep_for_average else [])
     for step in steps:
@@ -159,9 +161,20 @@ class Checkpointer:
         **{k: ocp.args.StandardRestore(_abstract(v)) for k, v in _items(like).items()}))
     return restored[TRAINING].replace(params=restored[PARAMS])
 
+  def check_layout(self) -> None:
+    """Checkpoints of one item ("default"), written before the parameters and the training
+    state were stored apart, are a one-line error here rather than a failed restore."""
+    old = [s for s in self.steps() if os.path.isdir(self._item_dir(s, "default"))]
+    if old:
+      raise UserError(f"checkpoints {old} in {self.directory} were written by an earlier "
+                      f"t2t_jax, as one item; this version stores parameters and training "
+                      f"state apart. Use that version with this workdir, or another --workdir")
+
   def params(self, step: int, like: Any = None) -> Any:
     """Checkpoint `step`'s parameters alone, in the shapes of `like` (None: as stored, host
     arrays): what averaging and inference read, whatever optimiser wrote them."""
+    if os.path.isdir(self._item_dir(step, "default")):
+      self.check_layout()
     wanted = None if like is None else _abstract(like)
     return self._manager.restore(step, args=ocp.args.Composite(
         **{PARAMS: ocp.args.StandardRestore(wanted)}))[PARAMS]
@@ -207,6 +220,7 @@ class Checkpointer:
     neither restores, or a checkpoint holds another model's state, it is a one-line error with
     nothing moved; an I/O error is retried, then is one.
     """
+    self.check_layout()
     steps = self.resumable_steps()
     if not steps and self.steps():
       raise UserError(f"no checkpoint in {self.directory} holds a whole training state (the "

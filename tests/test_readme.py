@@ -64,8 +64,11 @@ def test_readme_command_runs_in_a_quick_form(cmd):
   while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value prefixes
     words = words[1:]
   if words[:3] == ["pip", "install", "-e"]:
-    extra = re.fullmatch(r"\.\[(\w+)\]", words[3]).group(1)
-    assert f'"{extra}":' in (REPO / "setup.py").read_text(), extra
+    for extra in re.fullmatch(r"\.\[([\w,]+)\]", words[3]).group(1).split(","):
+      assert f'"{extra}":' in (REPO / "setup.py").read_text(), extra
+    return
+  if words[0] == "export":  # the environment of the commands after it
+    assert all(re.fullmatch(r"[A-Z_]+=\S+", w) for w in words[1:]), cmd
     return
   if words[:3] == ["pip", "install", "torch"]:  # PyTorch's own CPU wheels, its documented index
     assert words[3:] == ["--index-url", "https://download.pytorch.org/whl/cpu"], cmd

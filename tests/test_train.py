@@ -1602,3 +1602,19 @@ def test_a_run_keeps_two_whole_checkpoints_and_averages_the_last_on_its_step_sch
   train.train_and_evaluate(override(cfg, {"train.steps": 47}), str(tmp_path))
   assert sorted(int(p.name) for p in folder.iterdir()) == [33, 40, 47]
   assert [s for s in (33, 40, 47) if (folder / str(s) / "training").is_dir()] == [40, 47]
+
+
+def test_a_checkpoint_of_the_earlier_one_item_layout_is_a_one_line_error(tmp_path):
+  """Checkpoints written before parameters and training state were stored apart (one item,
+  "default") are named as such, for resuming and for decoding, not a failed restore."""
+  import orbax.checkpoint as ocp
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  with ocp.CheckpointManager(tmp_path / "checkpoints") as old:  # what the earlier code wrote
+    old.save(5, args=ocp.args.StandardSave(state))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=2)
+  with pytest.raises(UserError, match=r"checkpoints \[5\] .* earlier t2t_jax, as one item"):
+    ckpt.restore_latest(state)
+  ckpt.close()
+  with pytest.raises(UserError, match="earlier t2t_jax"):
+    checkpoints.load_params_for_inference(str(tmp_path), cfg)

@@ -1,8 +1,8 @@
 r"""The disk a run's kept checkpoints take, before and after older ones keep their parameters
 alone: `python -m t2t_jax.tools.checkpoint_disk --experiment=big_ende --out=FILE.json`.
 
-Saves the experiment's real training state (its parameters and Adam's moments, float32) the
-way the end of its run does, through `checkpoints.Checkpointer`, and measures the bytes on
+Saves the experiment's training state (its parameters and, standing in for a trained run's
+Adam moments, random float32 values of their shapes) the way the end of its run does, through `checkpoints.Checkpointer`, and measures the bytes on
 disk under two policies: every checkpoint whole, the newest `average.last` kept (the trainer
 before), and the newest `train.keep_checkpoints` whole with the older averaged ones as
 parameters alone (the trainer now). Each policy saves `average.last + 2` checkpoints, so
@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 
+import numpy as np
 from absl import app, flags
 
 flags.DEFINE_string("experiment", "big_ende", "The experiment whose state is saved.")
@@ -70,6 +71,12 @@ def main(argv):
   from t2t_jax import model, optim, registry, train
   cfg = registry.get(FLAGS.experiment)
   state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
+  # A trained run's Adam moments are dense floats; a new state's are zeros, which the
+  # checkpoint's compression stores in almost nothing. Random ones stand in for them.
+  rng = np.random.default_rng(0)
+  state = state.replace(opt_state=jax.tree_util.tree_map(
+      lambda x: rng.standard_normal(x.shape).astype(x.dtype)
+      if np.issubdtype(x.dtype, np.floating) and x.ndim else x, state.opt_state))
   params = model.count_params(state.params)
   root = FLAGS.dir or tempfile.mkdtemp()
   os.makedirs(root, exist_ok=True)
