@@ -39,6 +39,8 @@ setup(
         "hf": ["transformers>=4.46", "torch>=2.1", "ctranslate2>=4.0", "datasets>=2.16"],
         # The tfds: source (tensorflow-datasets' WMT14 builders). TensorFlow is 1.3 GB, and
         # nothing else needs it.
+        # gs:// workdirs and data: gcsfs, through etils.epath (orbax's own file access).
+        "gcs": ["gcsfs>=2024.2"],
         "tfds": ["tensorflow-cpu>=2.16", "tensorflow-datasets>=4.9.6",
                  "importlib_resources>=6"],  # tfds 4.9 imports it without declaring it
     },

@@ -3,8 +3,7 @@
 # workstation with gcloud and this checkout. Every host runs the same command, and
 # jax.distributed.initialize() finds the slice by itself (--distributed).
 #
-#   export TPU_NAME=my-v4-32 ZONE=us-central2-b EXPERIMENT=big_enfr \
-#          WORKDIR=/mnt/shared/t2t/big_enfr
+#   export TPU_NAME=my-v4-32 ZONE=us-central2-b EXPERIMENT=big_enfr BUCKET=my-bucket
 #   bash launch/tpu_vm.sh setup                        # this checkout, installed on every host
 #   bash launch/tpu_vm.sh train [--set KEY=VALUE ...]  # trains; at the last step, averages
 #                                                      # and evaluates on newstest2014
@@ -15,22 +14,27 @@
 # the same step on every host first. Averaging and beam search are one host's work: in the
 # job, process 0 runs them on its own chips while the other hosts wait for it.
 #
-# WORKDIR must be one directory every host shares, at the same path: a Filestore (NFS)
-# share, or a gcsfuse bucket. On gcsfuse a directory rename is not atomic: a host killed while
-# a checkpoint is renamed into place can leave a partial checkpoint, which the next start
-# sets aside, resuming from the one before. DATA_DIR (default: beside WORKDIR) holds the
-# prepared corpus; on a shared folder process 0 prepares it once and the other hosts read it.
+# A TPU VM keeps nothing and its hosts share no disk, so the run lives in a bucket: WORKDIR
+# (default gs://BUCKET/t2t_runs/EXPERIMENT) holds checkpoints, TensorBoard, the vocabulary and
+# the evaluation; DATA_DIR (default gs://BUCKET/t2t_data) the downloaded and prepared corpus,
+# which process 0 prepares and uploads once and every host then downloads to its own disk.
+# Checkpoints are complete when orbax's commit marker says so, not by a rename. Any folder
+# every host shares at the same path (a Filestore share) serves as well.
 #
 # setup builds a wheel of this checkout (no URL needed), copies it to every host's home and
-# installs it with EXTRAS (default tpu,tfds: libtpu, and tensorflow-datasets for WMT14) into
-# the virtual environment ~/t2t_jax_env. The hosts need Python >= 3.11 (PYTHON names it).
+# installs it with EXTRAS (default tpu,tfds,gcs: libtpu, tensorflow-datasets for WMT14, gcsfs
+# for the bucket) into the virtual environment ~/t2t_jax_env. The hosts need Python >= 3.11
+# (PYTHON names it).
 
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 EXPERIMENT=${EXPERIMENT:-big_enfr}
-WORKDIR=${WORKDIR:-/mnt/shared/t2t_runs/$EXPERIMENT}
-DATA_DIR=${DATA_DIR:-$(dirname "$WORKDIR")/t2t_data}
-EXTRAS=${EXTRAS:-tpu,tfds}
+if [ -z "${WORKDIR:-}" ] || [ -z "${DATA_DIR:-}" ]; then
+  : "${BUCKET:?set BUCKET (the run and data go to gs://BUCKET/...), or WORKDIR and DATA_DIR}"
+fi
+WORKDIR=${WORKDIR:-gs://${BUCKET:-}/t2t_runs/$EXPERIMENT}
+DATA_DIR=${DATA_DIR:-gs://${BUCKET:-}/t2t_data}
+EXTRAS=${EXTRAS:-tpu,tfds,gcs}
 PYTHON=${PYTHON:-python3}
 ENV_DIR='$HOME/t2t_jax_env'   # expanded on the hosts
 HERE=$(cd "$(dirname "$0")/.." && pwd)

@@ -22,14 +22,15 @@ from typing import Any
 
 import jax
 
-from t2t_jax import checkpoints, input_pipeline, jsonl, model, parallel
+from t2t_jax import checkpoints, input_pipeline, jsonl, model, parallel, storage
 from t2t_jax.config import (COMPUTE_FIELDS, TRAINING_ONLY_FIELDS, ExperimentConfig,
                             profile_range)
 from t2t_jax.errors import UserError
 
 
 class MetricsLog:
-  """WORKDIR/metrics.jsonl (one object per logged step) plus the same scalars for TensorBoard."""
+  """WORKDIR/metrics.jsonl (one object per logged step) plus the same scalars for TensorBoard.
+  In a bucket, where nothing can be appended, each write rewrites the object whole."""
 
   def __init__(self, workdir: str, resume_step: int, enabled: bool):
     self.path = os.path.join(workdir, "metrics.jsonl")
@@ -37,15 +38,14 @@ class MetricsLog:
     self.elapsed_before = 0.0  # training time of earlier (interrupted) runs of this workdir
     if not enabled:
       return
-    if os.path.exists(self.path):
+    if storage.exists(self.path):
       # Entries past the resumed step will be logged again; they move to
       # metrics.superseded.jsonl, so that no restart erases any history.
       rows = jsonl.read(self.path)
-      with open(self.path, "rb") as f:
-        whole = sum(1 for line in f if line.strip())
+      whole = sum(1 for line in storage.read_bytes(self.path).splitlines() if line.strip())
       if whole > len(rows):  # torn lines: the file is rewritten below without them
         aside = checkpoints.unused_name(self.path + ".damaged")
-        shutil.copyfile(self.path, aside)
+        storage.copy(self.path, aside)
         print(f"warning: {self.path} has {whole - len(rows)} line(s) that are not whole JSON "
               f"objects; the file as it was is kept in {aside}", file=sys.stderr, flush=True)
       kept = [r for r in rows if r.get("step", 0) <= resume_step]
@@ -53,11 +53,9 @@ class MetricsLog:
       if kept:
         self.elapsed_before = float(kept[-1].get("elapsed_sec", 0.0))
       if dropped:
-        with open(os.path.join(workdir, "metrics.superseded.jsonl"), "a") as f:
-          f.writelines(json.dumps(r) + "\n" for r in dropped)
-      with open(self.path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
-      os.replace(self.path + ".tmp", self.path)
+        storage.append_lines(os.path.join(workdir, "metrics.superseded.jsonl"),
+                             [json.dumps(r) + "\n" for r in dropped])
+      storage.write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
     # tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
     # TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
     from tensorboardX import SummaryWriter
@@ -67,8 +65,7 @@ class MetricsLog:
     """One metrics.jsonl line; numbers also as TensorBoard scalars, strings as text."""
     if not self.enabled:
       return
-    with open(self.path, "a") as f:
-      f.write(json.dumps({"step": step, **values}) + "\n")
+    storage.append_lines(self.path, [json.dumps({"step": step, **values}) + "\n"])
     for tag, value in values.items():
       if isinstance(value, str):
         self.writer.add_text(tag, value, step)
@@ -202,7 +199,7 @@ def with_recorded_data(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
 def check_init_from(cfg: ExperimentConfig) -> None:
   """`train.init_from` names a trained run of the same parameter shapes."""
   source = cfg.train.init_from
-  if not os.path.isdir(os.path.join(source, "checkpoints")) and not os.path.isdir(
+  if not storage.isdir(os.path.join(source, "checkpoints")) and not storage.isdir(
       checkpoints.averaged_dir(source)):
     raise UserError(f"train.init_from: {source} holds no checkpoints")
   differ = shape_differences(cfg, source)
@@ -214,7 +211,7 @@ def check_init_from(cfg: ExperimentConfig) -> None:
 def check_init_vocabulary(source: str, cache_dir: str) -> None:
   """The run's token ids must mean the pieces `source` was trained on."""
   theirs = os.path.join(source, input_pipeline.WORKDIR_VOCAB)
-  if not os.path.exists(theirs):
+  if not storage.exists(theirs):
     raise UserError(f"train.init_from: {source} has no {input_pipeline.WORKDIR_VOCAB}")
   ours = os.path.join(cache_dir, "spm.model")
   if input_pipeline.file_sha256(theirs) != input_pipeline.file_sha256(ours):
@@ -239,7 +236,7 @@ def config_fingerprint(cfg: ExperimentConfig) -> int:
 
 def has_checkpoints(workdir: str) -> bool:
   directory = os.path.join(workdir, "checkpoints")
-  return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
+  return storage.isdir(directory) and any(d.isdigit() for d in storage.listdir(directory))
 
 
 def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) -> bool:
@@ -257,20 +254,19 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
   damaged = checkpoints.damaged_run_info(workdir)
   if damaged:
     aside = checkpoints.unused_name(path + ".damaged")
-    os.replace(path, aside)
+    storage.move(path, aside)
     print(f"warning: {path} is damaged ({damaged}); moved to {aside}. The checkpoints "
           f"decide: this command's settings are recorded again if they restore into its "
           f"model", file=sys.stderr, flush=True)
   resumed = has_checkpoints(workdir)
-  if resumed and not os.path.exists(path):
+  if resumed and not storage.exists(path):
     if not restored:
       return False
     print(f"note: {path} was missing; the checkpoints restored into this command's model, so "
           f"its settings are recorded there again", file=sys.stderr, flush=True)
   elif resumed:
     check_run_info(cfg, workdir)
-    with open(path) as f:
-      old = json.load(f)
+    old = json.loads(storage.read_text(path))
     history = old.get("history", [])
     before = old["config"].get("train", {})
     changed = {k: [before.get(k), getattr(cfg.train, k)] for k in UPDATE_FIELDS
@@ -280,14 +276,14 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
             f"({', '.join(f'train.{k}: {a} -> {b}' for k, (a, b) in changed.items())}); the "
             f"updates from here differ from an uninterrupted run's", file=sys.stderr,
             flush=True)
-      step = max(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
+      step = max(int(d) for d in storage.listdir(os.path.join(workdir, "checkpoints"))
                  if d.isdigit())
       history.append({"from_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                       "changed": {f"train.{k}": v for k, v in changed.items()}})
-  with open(path + ".tmp", "w") as f:
-    json.dump({"experiment": cfg.name, "config": dataclasses.asdict(cfg),
-               **({"history": history} if history else {})}, f, indent=2)
-  os.replace(path + ".tmp", path)
+  storage.write_atomic(path, json.dumps({"experiment": cfg.name,
+                                         "config": dataclasses.asdict(cfg),
+                                         **({"history": history} if history else {})},
+                                        indent=2))
   return True
 
 
@@ -306,17 +302,18 @@ def kept_checkpoint_bytes(cfg: ExperimentConfig) -> int:
 def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
   """Fails early, before any work, if the workdir cannot hold the run's checkpoints."""
   import shutil
-  created = not os.path.exists(workdir)
+  created = not storage.exists(workdir)
   try:
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     # Unique across hosts too: containers often run as PID 1 on every host of a job.
     import uuid
     probe = os.path.join(workdir, f".write_test.{os.getpid()}.{uuid.uuid4().hex}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
+    storage.write_atomic(probe, "ok")
+    storage.remove(probe)
   except OSError as e:
     raise UserError(f"cannot write to workdir {workdir}: {e.strerror or e}") from None
+  if storage.is_remote(workdir):
+    return  # a bucket has no free space to check
   free = shutil.disk_usage(workdir).free
   one = checkpoint_bytes(cfg)
   if free < 2 * one:  # the checkpoint being written next to the newest complete one

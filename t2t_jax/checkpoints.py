@@ -21,6 +21,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from t2t_jax import storage
 from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
 from t2t_jax.errors import UserError
 
@@ -65,7 +66,7 @@ class Checkpointer:
                keep_for_average: int = 0, alone: bool = False):
     """`alone`: only this process uses it (averaging and decoding on process 0 of a
     multi-host job); otherwise every process of the job calls each method together."""
-    self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    self.directory = storage.join(storage.normalize(workdir), "checkpoints")
     # Each step holds two StandardSave items; naming their handlers lets orbax read an item's
     # metadata (stored shapes) without restoring it. Retention is `_prune`'s, not orbax's.
     self._manager = ocp.CheckpointManager(
@@ -84,7 +85,7 @@ class Checkpointer:
 
   def resumable_steps(self) -> list[int]:
     """The steps whose whole training state is stored (the others kept parameters alone)."""
-    return [s for s in self.steps() if os.path.isdir(self._item_dir(s, TRAINING))]
+    return [s for s in self.steps() if storage.isdir(self._item_dir(s, TRAINING))]
 
   def averaging_steps(self) -> list[int]:
     """The steps written for averaging (`save(for_average=True)`): on the schedule that
@@ -101,7 +102,7 @@ class Checkpointer:
     return self._for_average[step]
 
   def _item_dir(self, step: int, item: str) -> str:
-    return os.path.join(self.directory, str(step), item)
+    return storage.join(self.directory, str(step), item)
 
   def save(self, step: int, state: Any, for_average: bool = True,
            on_signal: bool = False) -> str:
@@ -118,7 +119,7 @@ class Checkpointer:
     if on_signal or not self.async_save:
       self.wait()  # a signal's checkpoint is complete before the process exits
     self._prune(newest=step)
-    return os.path.join(self.directory, str(step))
+    return storage.join(self.directory, str(step))
 
   def _prune(self, newest: int) -> None:
     """Deletes the checkpoints older than `newest` that are kept neither whole nor for
@@ -135,14 +136,19 @@ class Checkpointer:
       if step >= newest or step in whole:
         continue
       if step in averaged:
-        if jax.process_index() == 0 and os.path.isdir(self._item_dir(step, TRAINING)):
+        if jax.process_index() == 0 and storage.isdir(self._item_dir(step, TRAINING)):
           self._discard(self._item_dir(step, TRAINING))
       else:
         self._manager.delete(step)
 
   def _discard(self, path: str) -> None:
     """Removes a folder by moving it out of the checkpoint first: one killed mid-way leaves
-    a checkpoint whole or stripped, never half of an item."""
+    a checkpoint whole or stripped, never half of an item. (A bucket has no atomic move: its
+    objects are deleted in place, and a checkpoint stripped half-way is not among the newest,
+    which resuming reads.)"""
+    if storage.is_remote(path):
+      storage.rmtree(path)
+      return
     aside = os.path.join(os.path.dirname(self.directory), DISCARD)
     os.makedirs(aside, exist_ok=True)
     target = unused_name(os.path.join(aside, os.path.basename(os.path.dirname(path))))
@@ -164,7 +170,7 @@ class Checkpointer:
   def check_layout(self) -> None:
     """Checkpoints of one item ("default"), written before the parameters and the training
     state were stored apart, are a one-line error here rather than a failed restore."""
-    old = [s for s in self.steps() if os.path.isdir(self._item_dir(s, "default"))]
+    old = [s for s in self.steps() if storage.isdir(self._item_dir(s, "default"))]
     if old:
       raise UserError(f"checkpoints {old} in {self.directory} were written by an earlier "
                       f"t2t_jax, as one item; this version stores parameters and training "
@@ -173,7 +179,7 @@ class Checkpointer:
   def params(self, step: int, like: Any = None) -> Any:
     """Checkpoint `step`'s parameters alone, in the shapes of `like` (None: as stored, host
     arrays): what averaging and inference read, whatever optimiser wrote them."""
-    if os.path.isdir(self._item_dir(step, "default")):
+    if storage.isdir(self._item_dir(step, "default")):
       self.check_layout()
     wanted = None if like is None else _abstract(like)
     return self._manager.restore(step, args=ocp.args.Composite(
@@ -228,7 +234,7 @@ class Checkpointer:
                       f"resumed: average or decode it, or train in another --workdir")
     failed: tuple[int, str, Exception] | None = None
     for step in reversed(steps):
-      path = os.path.join(self.directory, str(step))
+      path = storage.join(self.directory, str(step))
       try:
         restored = self._restore_retrying(step, like, retries)
       except _StructureMismatch as e:
@@ -236,7 +242,7 @@ class Checkpointer:
                         f"difference: {e}); nothing was moved. It was written by another "
                         f"model, optimiser or version: use another --workdir") from None
       except Exception as e:
-        if not os.path.isdir(path):  # process 0 set it aside while this process read it
+        if not storage.isdir(path):  # process 0 set it aside while this process read it
           print(f"warning: checkpoint {path} was set aside by process 0; trying the previous "
                 f"one", file=sys.stderr, flush=True)
           self._manager.reload()
@@ -296,12 +302,12 @@ class Checkpointer:
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
     """A checkpoint whose own files are broken: process 0 moves it out of the way, to a new
     name (what an earlier start set aside is never replaced)."""
-    aside = unused_name(os.path.join(os.path.dirname(self.directory),
+    aside = unused_name(storage.join(storage.dirname(self.directory),
                                      f"corrupt_checkpoint_{step}"))
     if jax.process_index() == 0:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
             f"moved to {aside}; resuming from the previous one", file=sys.stderr, flush=True)
-      shutil.move(path, aside)
+      storage.move(path, aside)
       self._manager.reload()
     else:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
@@ -341,7 +347,7 @@ def unused_name(path: str) -> str:
   """`path`, or `path`.1, .2, ...: the first that does not exist (nothing set aside is
   ever replaced)."""
   candidate, n = path, 0
-  while os.path.exists(candidate):
+  while storage.exists(candidate):
     n += 1
     candidate = f"{path}.{n}"
   return candidate
@@ -380,12 +386,11 @@ RUN_INFO = "experiment.json"  # what a workdir was trained with, written when tr
 def _read_run_info(workdir: str) -> tuple[dict[str, Any] | None, str | None]:
   """(WORKDIR/experiment.json, None), or (None, why it cannot be used) when it is damaged
   (truncated, not JSON, or missing its fields), or (None, None) when there is none."""
-  path = os.path.join(workdir, RUN_INFO)
-  if not os.path.exists(path):
+  path = storage.join(workdir, RUN_INFO)
+  if not storage.exists(path):
     return None, None
   try:
-    with open(path) as f:
-      info = json.load(f)
+    info = json.loads(storage.read_text(path))
     if not isinstance(info, dict) or not isinstance(info.get("experiment"), str) or not all(
         isinstance(info.get("config", {}).get(k), dict) for k in ("model", "data")):
       raise ValueError("not the record of a training run")
@@ -439,7 +444,7 @@ def recorded_config(workdir: str) -> ExperimentConfig | None:
 
 
 def averaged_dir(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), "averaged")
+  return storage.join(storage.normalize(workdir), "averaged")
 
 
 def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
@@ -451,8 +456,8 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   moment the job was preempted, or by time between scheduled ones, is left out. The steps
   used go to averaged.json.
   """
-  if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-    raise FileNotFoundError(f"no checkpoints in {os.path.join(workdir, 'checkpoints')}")
+  if not storage.isdir(storage.join(workdir, "checkpoints")):
+    raise FileNotFoundError(f"no checkpoints in {storage.join(workdir, 'checkpoints')}")
   ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True)
   steps = ckpt.averaging_steps()[-last:]
   if not steps:
@@ -463,7 +468,7 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
       params = ckpt.params(step, like_state.params)
     except Exception as e:  # a damaged or foreign checkpoint: name it, average nothing
       ckpt.close()
-      raise UserError(f"cannot average: checkpoint {os.path.join(ckpt.directory, str(step))} "
+      raise UserError(f"cannot average: checkpoint {storage.join(ckpt.directory, str(step))} "
                       f"does not restore ({type(e).__name__}: {_first_line(e)}); move it "
                       f"away or lower average.last, then run --mode=average again") from None
     params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
@@ -471,13 +476,19 @@ def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
   mean = jax.tree_util.tree_map(lambda x: (x / len(steps)).astype(np.float32), total)
   out = averaged_dir(workdir)
   tmp = out + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
+  # Locally the new average is written beside the old and renamed into place. A bucket has
+  # no rename: the average is written in place, averaged.json last, and an average without
+  # it is damaged (inference says so and asks for --mode=average), never half-used.
+  if storage.is_remote(out):
+    tmp = out
+  storage.rmtree(tmp)
   with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)) as writer:
-    writer.save(os.path.join(tmp, "params"), mean)
-  with open(os.path.join(tmp, "averaged.json"), "w") as f:
-    json.dump({"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}, f)
-  shutil.rmtree(out, ignore_errors=True)
-  os.replace(tmp, out)
+    writer.save(storage.join(tmp, "params"), mean)
+  storage.write_atomic(storage.join(tmp, "averaged.json"), json.dumps(
+      {"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}))
+  if tmp != out:
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
   ckpt.close()
   return out, steps
 
@@ -491,7 +502,8 @@ def _why_average_is_stale(record: dict[str, Any], ckpt: Checkpointer) -> str | N
   for step, ident in identity.items():
     if int(step) not in steps:  # deleted, or pruned by newer checkpoints
       return f"checkpoint {step} is gone"
-    if isinstance(ident, list):  # recorded before 2026-11-27: [inode, mtime]; a copy keeps
+    if isinstance(ident, list) and not storage.is_remote(ckpt.directory):  # recorded before
+      # 2026-11-27: [inode, mtime]; a copy keeps
       now = os.stat(os.path.join(ckpt.directory, str(step))).st_mtime_ns  # the mtime
       if now != ident[1]:
         return f"checkpoint {step} was rewritten since (a new training run)"
@@ -512,17 +524,16 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   like = model.abstract_params(cfg.model)
   avg = averaged_dir(workdir)
   ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True) \
-      if os.path.isdir(os.path.join(workdir, "checkpoints")) else None
+      if storage.isdir(storage.join(workdir, "checkpoints")) else None
   newest = ckpt.steps()[-1] if ckpt and ckpt.steps() else None
   # The average is current when it covers the newest checkpoint that averaging would take: a
   # checkpoint written on a signal (a preemption) never is, as `average` leaves it out.
   scheduled = ckpt.averaging_steps() if ckpt else []
   redo = "run --mode=average to write it again"
   try:
-    if os.path.exists(avg):
+    if storage.exists(avg):
       try:
-        with open(os.path.join(avg, "averaged.json")) as f:
-          record = json.load(f)
+        record = json.loads(storage.read_text(storage.join(avg, "averaged.json")))
         steps = [int(s) for s in record["steps"]]
       except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"{avg} is damaged ({os.path.basename(avg)}/averaged.json: "
@@ -536,7 +547,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
         try:
           with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)
                                         ) as reader:
-            params = reader.restore(os.path.join(avg, "params"), like)
+            params = reader.restore(storage.join(avg, "params"), like)
         except Exception as e:  # truncated or foreign files: name them, load nothing
           raise UserError(f"{avg} does not restore ({type(e).__name__}: {_first_line(e)}); "
                           f"{redo}") from None
@@ -551,7 +562,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
     try:
       params = jax.tree_util.tree_map(np.asarray, ckpt.params(step))
     except Exception as e:  # a damaged newest checkpoint: decode with no other one unasked
-      raise UserError(f"checkpoint {os.path.join(ckpt.directory, str(step))} does not restore "
+      raise UserError(f"checkpoint {storage.join(ckpt.directory, str(step))} does not restore "
                       f"({type(e).__name__}: {_first_line(e)}); move it away to use the one "
                       f"before, or train again, which sets it aside") from None
     return params, f"checkpoint {step}"

@@ -496,6 +496,7 @@ def resolve_init_from(cfg: ExperimentConfig) -> ExperimentConfig:
   t, d = cfg.train, cfg.data
   if not t.init_from:
     return cfg
-  source = os.path.abspath(os.path.expanduser(t.init_from))
+  source = t.init_from.rstrip("/") if "://" in t.init_from else os.path.abspath(
+      os.path.expanduser(t.init_from))
   return dataclasses.replace(cfg, train=dataclasses.replace(t, init_from=source),
                              data=dataclasses.replace(d, vocab_from=d.vocab_from or source))

@@ -63,15 +63,16 @@ def parse_spec(spec: str) -> Source:
     if kind == "hf" and os.path.isdir(os.path.expanduser(name)):
       name = os.path.abspath(os.path.expanduser(name))  # a dataset saved with save_to_disk
     return Source(kind, name, src, tgt)
-  path = os.path.abspath(os.path.expanduser(name))
-  if not os.path.isdir(path):
+  from t2t_jax import storage
+  path = storage.normalize(name)  # a local folder, or one in a bucket (gs://)
+  if not storage.isdir(path):
     raise DataError(f"dataset folder not found: {path} (use --dataset=folder:PATH with "
                     f"files named <split>.<lang>)")
   check_input_dir(path, f"--dataset={spec}")
   if pair:
     src, tgt = pair.split("-", 1)
   else:
-    langs = sorted({f.rsplit(".", 1)[1] for f in os.listdir(path)
+    langs = sorted({f.rsplit(".", 1)[1] for f in storage.listdir(path)
                     if "." in f and not f.endswith((".md", ".txt", ".json")) and
                     f.rsplit(".", 1)[1].isalpha() and len(f.rsplit(".", 1)[1]) <= 3})
     if "en" in langs and len(langs) == 2:
@@ -84,15 +85,17 @@ def parse_spec(spec: str) -> Source:
 
 def folder_splits(source: Source) -> list[str]:
   """Splits having files for both languages."""
-  files = set(os.listdir(source.name))
+  from t2t_jax import storage
+  files = set(storage.listdir(source.name))
   return sorted(f[:-len(source.src_lang) - 1] for f in files
                 if f.endswith("." + source.src_lang) and
                 f[:-len(source.src_lang)] + source.tgt_lang in files)
 
 
 def file_sha256(path: str) -> str:
+  from t2t_jax import storage
   h = hashlib.sha256()
-  with open(path, "rb") as f:
+  with storage.open_file(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
@@ -105,6 +108,7 @@ def folder_fingerprint(source: Source, splits: list[str], memo_path: str | None 
   Each file's hash is remembered in `memo_path` (JSON) under its path, size and mtime, so a
   file is read once after each change, not on every start.
   """
+  from t2t_jax import storage
   memo = {}
   if memo_path and os.path.exists(memo_path):
     try:
@@ -115,9 +119,8 @@ def folder_fingerprint(source: Source, splits: list[str], memo_path: str | None 
   h, changed = hashlib.sha256(), False
   for split in splits:
     for lang in (source.src_lang, source.tgt_lang):
-      path = os.path.abspath(os.path.join(source.name, f"{split}.{lang}"))
-      st = os.stat(path)
-      stamp = f"{st.st_size}|{st.st_mtime_ns}"
+      path = storage.normalize(storage.join(source.name, f"{split}.{lang}"))
+      stamp = storage.stamp(path)
       if memo.get(path, [None])[0] != stamp:
         memo[path], changed = [stamp, file_sha256(path)], True
       h.update(f"{split}.{lang}|{memo[path][1]}\n".encode())
@@ -137,10 +140,11 @@ def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | No
   Invalid UTF-8 or a line count that differs between the two files raises a one-line
   DataError naming the file (and line), wherever in the file it is.
   """
-  paths = [os.path.join(source.name, f"{split}.{lang}")
+  from t2t_jax import storage
+  paths = [storage.join(source.name, f"{split}.{lang}")
            for lang in (source.src_lang, source.tgt_lang)]
   for path in paths:
-    if not os.path.exists(path):
+    if not storage.exists(path):
       raise DataError(f"missing file: {path}")
 
   def decode(raw: bytes, path: str, number: int) -> str:
@@ -149,7 +153,7 @@ def iter_pair_files(source: Source, split: str) -> Iterator[tuple[str, str] | No
     except UnicodeDecodeError as e:
       raise DataError(f"{path} line {number}: invalid UTF-8 ({e.reason})") from None
 
-  with open(paths[0], "rb") as f_src, open(paths[1], "rb") as f_tgt:
+  with storage.open_file(paths[0], "rb") as f_src, storage.open_file(paths[1], "rb") as f_tgt:
     for number, (a, b) in enumerate(itertools.zip_longest(f_src, f_tgt), start=1):
       if a is None or b is None:
         counts = [number - 1 + (a is not None) + sum(1 for _ in f_src),

@@ -16,6 +16,8 @@ class UserError(Exception):
 
 def check_input_file(path: str, what: str) -> str:
   """`path` is a file this process can read; else a UserError naming `what` (the flag)."""
+  if "://" in path:  # in a bucket: main checks it (t2t_jax.storage)
+    return path
   if not os.path.exists(path):
     raise UserError(f"{what}: no such file: {path}")
   if os.path.isdir(path):
@@ -29,7 +31,10 @@ def check_input_file(path: str, what: str) -> str:
 
 
 def check_output_file(path: str, what: str) -> str:
-  """`path` can be written as a file: not a directory, and its folder exists."""
+  """`path` can be written as a file: not a directory, and its folder exists (any folder of
+  a bucket exists)."""
+  if "://" in path:  # in a bucket: main checks it (t2t_jax.storage)
+    return path
   if os.path.isdir(path):
     raise UserError(f"{what}: {path} is a directory; give a file name")
   folder = os.path.dirname(os.path.abspath(path))
@@ -42,6 +47,8 @@ def check_output_file(path: str, what: str) -> str:
 
 def check_input_dir(path: str, what: str) -> str:
   """`path` is a directory this process can list; else a UserError naming `what`."""
+  if "://" in path:  # in a bucket: main checks it (t2t_jax.storage)
+    return path
   if not os.path.exists(path):
     raise UserError(f"{what}: no such directory: {path}")
   if not os.path.isdir(path):

@@ -9,6 +9,7 @@ decode with an ensemble of several workdirs' models (`--ensemble`).
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import math
@@ -17,7 +18,7 @@ import sys
 import time
 from typing import Any, Iterator, Sequence
 
-from t2t_jax import bleu, input_pipeline, translator
+from t2t_jax import bleu, input_pipeline, storage, translator
 from t2t_jax.config import ExperimentConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
@@ -39,7 +40,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
   input_pipeline.check_vocab(dirs, ds.directory)
   decoder, label = translator.load_decoder(cfg, dirs, ds.vocab)
   out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
-  os.makedirs(out_dir, exist_ok=True)
+  storage.makedirs(out_dir)
   lang = _target_lang(cfg, ds)
   results = {}
   for split in splits or evaluation_splits(cfg):
@@ -80,13 +81,16 @@ def _mbr_fields(cfg: ExperimentConfig) -> dict[str, Any]:
 def _portable(text: str, workdir: str) -> str:
   """`text` with the workdir's absolute path written as WORKDIR, so that a result file
   names no machine's folders."""
-  return text.replace(os.path.abspath(workdir), "WORKDIR")
+  return text.replace(storage.normalize(workdir), "WORKDIR")
 
 
 def _write_atomic(path: str, text: str) -> None:
   """Written under a name of this process's own (two evaluations of one workdir at once
   must not write into each other's file), then renamed into place."""
   from t2t_jax import data_sources
+  if storage.is_remote(path):
+    storage.write_atomic(path, text)  # one object write: whole or not at all
+    return
   tmp = data_sources.temporary_name(path)
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(text)
@@ -123,9 +127,9 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
 def _input(input_path: str | None):
   """(binary stream, its name, whether a person is typing into it)."""
   if input_path:
-    if not os.path.exists(input_path):
+    if not storage.exists(input_path):
       raise UserError(f"--input file not found: {input_path}")
-    with open(input_path, "rb") as f:
+    with storage.open_file(input_path, "rb") as f:
       yield f, input_path, False
   else:
     yield sys.stdin.buffer, "stdin", sys.stdin.isatty()
@@ -138,6 +142,11 @@ def _output(output_path: str | None):
   if not output_path:
     yield sys.stdout
     sys.stdout.flush()
+    return
+  if storage.is_remote(output_path):  # written whole at the end, one object write
+    buffer = io.StringIO()
+    yield buffer
+    storage.write_atomic(output_path, buffer.getvalue())
     return
   folder = os.path.dirname(os.path.abspath(output_path))
   if not os.path.isdir(folder):
@@ -246,9 +255,14 @@ def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, lay
   src = decoder.encode([sentence])[0]
   hyp = decoder.translate_ids([src])[0]
   path = output or os.path.join(workdir, "attention", f"layer{layer}.png")
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   title = f"{sentence}  ->  {vocab.decode(hyp)}   ({label})"
-  attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, path, title)
+  if storage.is_remote(path):  # drawn into memory, then one object write
+    image = io.BytesIO()
+    attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, image, title)
+    storage.write_atomic(path, image.getvalue())
+  else:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, path, title)
   print(f"translation: {vocab.decode(hyp)}")
   print(f"wrote {path}")
   return path

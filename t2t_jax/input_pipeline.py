@@ -40,7 +40,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from t2t_jax import data_sources, packing
+from t2t_jax import data_sources, packing, storage
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
@@ -51,6 +51,18 @@ CACHE_VERSION = 4  # 4: held-out pairs with an empty side are kept (aligned line
 
 def default_data_dir() -> str:
   return os.environ.get("T2T_JAX_DATA_DIR") or os.path.expanduser("~/.cache/t2t_jax")
+
+
+def local_data_dir(cfg: ExperimentConfig) -> str:
+  """The local folder prepared data is read from: the data folder itself, or, for one in a
+  bucket (gs://), this machine's mirror of it (token ids are memory-mapped, which needs a
+  local file)."""
+  root = cfg.data.data_dir or default_data_dir()
+  if not storage.is_remote(root):
+    return root
+  import hashlib
+  return os.path.join(os.path.expanduser("~/.cache/t2t_jax"), "mirrors",
+                      hashlib.sha256(root.encode()).hexdigest()[:12])
 
 
 def tfds_data_dir(cfg: ExperimentConfig) -> str | None:
@@ -114,8 +126,9 @@ FOLDER_HASHES = "folder_hashes.json"
 
 
 def _prepared_dir(cfg: ExperimentConfig, source: Source) -> str:
-  """The cache directory for this source, its splits and the vocabulary settings."""
-  root = cfg.data.data_dir or default_data_dir()
+  """The cache directory for this source, its splits and the vocabulary settings (local:
+  a bucket's is mirrored, `prepared_dir`)."""
+  root = local_data_dir(cfg)
   if source.kind == "tfds":
     key = (f"tfds-{source.name.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}"
            f"-{_splits_key(cfg)}")
@@ -143,12 +156,18 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> str:
 def vocab_file(cfg: ExperimentConfig) -> str:
   """`data.vocab_from` as a SentencePiece model file (a workdir stands for its spm.model)."""
   path = cfg.data.vocab_from
-  if os.path.isdir(path):
-    path = os.path.join(path, WORKDIR_VOCAB)
-  if not os.path.isfile(path):
+  if storage.isdir(path):
+    path = storage.join(path, WORKDIR_VOCAB)
+  if not storage.isfile(path):
     raise DataError(f"data.vocab_from: no SentencePiece model at {path}")
-  Vocabulary(path)  # parses, with the reserved ids: else a one-line error naming the file
+  Vocabulary(local_vocab(path))  # parses, with the reserved ids: else a one-line error naming it
   return path
+
+
+def local_vocab(path: str) -> str:
+  """A local copy of a vocabulary in a bucket, which SentencePiece can only read from a
+  local file; the path itself when it is local."""
+  return storage.local_copy(path, os.path.expanduser("~/.cache/t2t_jax/remote_vocabularies"))
 
 
 def _saved_dataset_fingerprint(folder: str) -> str:
@@ -167,7 +186,7 @@ def resolve_source(cfg: ExperimentConfig) -> Source:
   """The parsed data source; the demo folder is generated on first use."""
   source = data_sources.parse_spec(cfg.data.dataset)
   if source.kind == "demo":
-    root = cfg.data.data_dir or default_data_dir()
+    root = local_data_dir(cfg)
     path = os.path.join(root, f"demo_corpus_v{CACHE_VERSION}_seed0")
     if not os.path.isdir(path):
       _log(f"generating the synthetic demo corpus in {path}")
@@ -310,7 +329,7 @@ def _source_pairs(cfg: ExperimentConfig, source: Source, split: str
     if split not in splits:
       lang_files = [os.path.join(source.name, f"{split}.{lang}")
                     for lang in (source.src_lang, source.tgt_lang)]
-      missing = [p for p in lang_files if not os.path.exists(p)]
+      missing = [p for p in lang_files if not storage.exists(p)]
       raise DataError(f"missing file: {missing[0]} (split {split!r} of {source.name}; it has "
                       f"{', '.join(splits)})")
     return data_sources.iter_pair_files(source, split)
@@ -367,7 +386,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
                       f"pairs with text on both sides")
     if cfg.data.vocab_from:
       _log(f"tokenising with the vocabulary of {cfg.data.vocab_from}")
-      shutil.copyfile(vocab_file(cfg), os.path.join(tmp, "spm.model"))
+      storage.copy(vocab_file(cfg), os.path.join(tmp, "spm.model"))
       vocab, sampled = vocab_lib.Vocabulary(os.path.join(tmp, "spm.model")), 0
     else:
       vocab, sampled = _train_vocabulary(cfg, meta, tmp, start)
@@ -407,9 +426,43 @@ def existing_cache(cfg: ExperimentConfig) -> str | None:
 
 
 def prepared_dir(cfg: ExperimentConfig) -> str:
-  """Prepares the data if needed and returns its cache directory."""
+  """Prepares the data if needed and returns its (local) cache directory. With the data
+  folder in a bucket, a machine that finds the prepared data there downloads it; one that
+  does not prepares it and uploads it, meta.json last (what marks it complete), so that
+  the other hosts of a job, and later jobs, download instead of preparing."""
   source = resolve_source(cfg)
   out_dir = _prepared_dir(cfg, source)
+  root = cfg.data.data_dir or default_data_dir()
+  remote = (storage.join(root, os.path.relpath(out_dir, local_data_dir(cfg)))
+            if storage.is_remote(root) else None)
+  if remote and not os.path.exists(os.path.join(out_dir, "meta.json")) and storage.exists(
+      storage.join(remote, "meta.json")):
+    _download(remote, out_dir)
+  _prepare_once(cfg, source, out_dir)
+  if remote and not storage.exists(storage.join(remote, "meta.json")):
+    _log(f"uploading the prepared data to {remote}")
+    names = sorted(os.listdir(out_dir), key=lambda n: n == "meta.json")
+    for name in names:
+      storage.copy(os.path.join(out_dir, name), storage.join(remote, name))
+  return out_dir
+
+
+def _download(remote: str, out_dir: str) -> None:
+  """The prepared data in a bucket, copied to this machine (into a temporary name, renamed
+  when whole)."""
+  _log(f"downloading the prepared data from {remote}")
+  os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+  tmp = data_sources.temporary_name(out_dir)
+  os.makedirs(tmp)
+  for name in storage.listdir(remote):
+    storage.copy(storage.join(remote, name), os.path.join(tmp, name))
+  try:
+    os.replace(tmp, out_dir)
+  except OSError:  # another process of this machine got there first
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prepare_once(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
   if not os.path.exists(os.path.join(out_dir, "meta.json")):
     os.makedirs(os.path.dirname(out_dir), exist_ok=True)
     with data_sources.host_lock(out_dir + ".lock"):  # one preparation per machine at once
@@ -417,7 +470,6 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
         for name in data_sources.remove_dead_temporaries(out_dir):
           _log(f"removed {name}, left by a preparation that was killed")
         _prepare(cfg, source, out_dir)
-  return out_dir
 
 
 # A trained workdir keeps the vocabulary its token ids mean, so decoding never depends on
@@ -433,11 +485,11 @@ def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
   A resumed workdir whose copy is gone or damaged gets the cache's again when the cache's
   is the one recorded (its sha256; or, with that record gone too, the one the same data
   settings built, said in a warning); a lost record of the sha256 is written again."""
-  ours = os.path.join(workdir, WORKDIR_VOCAB)
+  ours = storage.join(workdir, WORKDIR_VOCAB)
   cached = os.path.join(cache_dir, "spm.model")
   if not replace:
     expected = recorded_vocab_sha256(workdir)
-    present = os.path.exists(ours)
+    present = storage.exists(ours)
     if present and expected in (None, file_sha256(ours)):
       check_vocab([workdir], cache_dir)  # the cache still holds the run's vocabulary
       if expected:
@@ -452,6 +504,10 @@ def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
             + ("whose vocabulary has the recorded sha256" if expected else
                "which this run's data settings built (no sha256 was recorded to check)"),
             file=sys.stderr, flush=True)
+  if storage.is_remote(ours):  # an object write is atomic: no temporary name
+    storage.write_atomic(ours + ".sha256", file_sha256(cached) + "\n")
+    storage.copy(cached, ours)
+    return
   tmp = data_sources.temporary_name(ours)
   shutil.copyfile(cached, tmp)
   with open(ours + ".sha256", "w") as f:
@@ -462,11 +518,10 @@ def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
 def recorded_vocab_sha256(workdir: str) -> str | None:
   """The sha256 WORKDIR/spm.model.sha256 records, or None when it is absent or damaged (a
   warning says which)."""
-  recorded = os.path.join(workdir, WORKDIR_VOCAB + ".sha256")
-  if not os.path.exists(recorded):
+  recorded = storage.join(workdir, WORKDIR_VOCAB + ".sha256")
+  if not storage.exists(recorded):
     return None
-  with open(recorded, "rb") as f:
-    text = f.read().decode("ascii", errors="replace").strip()
+  text = storage.read_bytes(recorded).decode("ascii", errors="replace").strip()
   if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
     print(f"warning: {recorded} is damaged (not a sha256); {WORKDIR_VOCAB} is used "
           f"unchecked", file=sys.stderr, flush=True)
@@ -479,8 +534,8 @@ def workdir_vocab(workdirs: list[str]) -> str | None:
   against the sha256 recorded beside it (a damaged copy is a one-line error, not
   SentencePiece's `unk is not defined`)."""
   for workdir in workdirs:
-    path = os.path.join(workdir, WORKDIR_VOCAB)
-    if os.path.exists(path):
+    path = storage.join(workdir, WORKDIR_VOCAB)
+    if storage.exists(path):
       expected = recorded_vocab_sha256(workdir)
       if expected and file_sha256(path) != expected:
         raise DataError(f"{path} is damaged: its sha256 is not the one recorded in "
@@ -495,8 +550,8 @@ def check_vocab(workdirs: list[str], cache_dir: str) -> None:
   with: their token ids would mean other pieces."""
   cached = file_sha256(os.path.join(cache_dir, "spm.model"))
   for workdir in workdirs:
-    path = os.path.join(workdir, WORKDIR_VOCAB)
-    ours = file_sha256(path) if os.path.exists(path) else cached
+    path = storage.join(workdir, WORKDIR_VOCAB)
+    ours = file_sha256(path) if storage.exists(path) else cached
     if ours != cached:
       workdir_vocab([workdir])  # a damaged copy is named as such, not as another vocabulary
       raise DataError(f"the data cache {cache_dir} holds another vocabulary (sha256 "
@@ -514,7 +569,7 @@ def load_vocab(cfg: ExperimentConfig, workdirs: list[str] = ()) -> Vocabulary:
   if path is None:
     raise DataError(f"{', '.join(workdirs)} has no {WORKDIR_VOCAB}: train there first (the "
                     f"first training run records the vocabulary in the workdir)")
-  return Vocabulary(path)
+  return Vocabulary(local_vocab(path))
 
 
 # ---------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from typing import Any
 
 def read(path: str) -> list[dict[str, Any]]:
   """The objects of the file's lines, in order, without blank and undecodable lines."""
+  from t2t_jax import storage
   rows = []
-  with open(path, encoding="utf-8", errors="replace") as f:
-    for number, line in enumerate(f, start=1):
+  text = storage.read_bytes(path).decode("utf-8", errors="replace")
+  if True:
+    for number, line in enumerate(text.splitlines(), start=1):
       if not line.strip():
         continue
       try:

@@ -116,7 +116,19 @@ def check_paths(cfg: ExperimentConfig) -> None:
   """The paths and numbers the mode will use, checked before any model is loaded: a wrong
   one is a one-line error, not a traceback after seconds of work."""
   mode = FLAGS.mode
-  if os.path.exists(FLAGS.workdir) and not os.path.isdir(FLAGS.workdir):
+  from t2t_jax import storage
+  for flag in ("input", "output"):
+    if FLAGS[flag].value and storage.is_remote(FLAGS[flag].value):
+      storage.check_supported(FLAGS[flag].value, f"--{flag}")
+  if FLAGS.input and storage.is_remote(FLAGS.input) and not storage.isfile(FLAGS.input):
+    raise UsageError(f"--input: no such object: {FLAGS.input}")
+  for other in FLAGS.ensemble:
+    if storage.is_remote(other):
+      storage.check_supported(other, "--ensemble")
+      if not storage.isdir(other):
+        raise UsageError(f"--ensemble: no such folder: {other}")
+  if "://" not in FLAGS.workdir and os.path.exists(FLAGS.workdir) and not os.path.isdir(
+      FLAGS.workdir):
     raise UsageError(f"--workdir={FLAGS.workdir} is a file, not a directory")
   if FLAGS.input and mode in ("translate", "score"):
     check_input_file(FLAGS.input, "--input")
@@ -213,16 +225,14 @@ def main(argv: list[str]) -> None:
   if not FLAGS.workdir:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   check_paths(cfg)
-  if "://" in FLAGS.workdir:  # os.path would make gs://b/run a local folder named gs:
-    raise UsageError(f"--workdir={FLAGS.workdir}: object-store paths are not supported; "
-                     f"mount the bucket (gcsfuse, s3fs) or a shared filesystem and give its "
-                     f"local path (launch/tpu_vm.sh says what is safe)")
-  workdir = os.path.abspath(os.path.expanduser(FLAGS.workdir))
+  from t2t_jax import storage
+  storage.check_supported(FLAGS.workdir, "--workdir")  # s3:// and the like: what works
+  workdir = storage.normalize(FLAGS.workdir)  # gs:// kept as it is, never a folder named gs:
   start_distributed()
   from t2t_jax import bookkeeping, checkpoints, input_pipeline
   damaged = checkpoints.damaged_run_info(workdir)
   if damaged and FLAGS.mode != "train":  # training moves it aside and records anew
-    print(f"warning: {os.path.join(workdir, checkpoints.RUN_INFO)} is damaged ({damaged}); "
+    print(f"warning: {storage.join(workdir, checkpoints.RUN_INFO)} is damaged ({damaged}); "
           f"this command's settings stand in for it", file=sys.stderr, flush=True)
   cfg = bookkeeping.with_recorded_vocabulary(cfg, workdir)
   gives_data = bool(FLAGS.dataset) or any(s.strip().startswith("data.") for s in FLAGS.set)
@@ -236,11 +246,16 @@ def main(argv: list[str]) -> None:
     raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
   splits = eval_splits(cfg, FLAGS.splits)
   if FLAGS.mode != "train":
-    if not os.path.isdir(workdir):
+    if not storage.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
     bookkeeping.check_run_info(cfg, workdir, training=False, reads_data=FLAGS.mode == "eval")
   if FLAGS.mode == "train" and cfg.ensemble.members > 1:
+    if storage.is_remote(workdir):
+      raise UsageError("ensemble.members > 1 streams each member's log into the workdir, "
+                       "which a bucket cannot append to: train them in a local or mounted "
+                       "folder, or train each member as a run of its own in the bucket and "
+                       "decode them together with --ensemble")
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":
     run_train(cfg, workdir)
@@ -388,15 +403,15 @@ def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) ->
   import json
   stored = [os.path.join(workdir, "eval", f"{s}.json") for s in final_eval_splits(cfg)]
   averaged = [os.path.join(m, "averaged", "averaged.json") for m in models]
-  if not all(os.path.exists(p) for p in stored + averaged):
+  from t2t_jax import storage
+  if not all(storage.exists(p) for p in stored + averaged):
     return False
-  if min(os.path.getmtime(p) for p in stored) < max(os.path.getmtime(p) for p in averaged):
+  if min(storage.mtime(p) for p in stored) < max(storage.mtime(p) for p in averaged):
     return False
   lines = []
   for path in stored:
     try:
-      with open(path) as f:
-        r = json.load(f)
+      r = json.loads(storage.read_text(path))
       lines.append(f"{r['split']}: sacreBLEU {r['sacrebleu']:.2f} ({r['signature']})  "
                    f"tokenized BLEU {r['tokenized_bleu']:.2f}  [{r['num_sentences']} "
                    f"sentences, {r['checkpoint']}]")

