@@ -1,3 +1,15 @@
 """Tools that stand above the library: benchmarks, the device and speed checks, plots (of training curves), the
 parameter table, the WMT-shaped corpus generator and the Table 3 sweep. Each is a
 `python -m t2t_jax.tools.NAME` command; the library (`t2t_jax/`) never imports them."""
+
+
+def cpu_model() -> str:
+  """lscpu's model name and the core count: what a CPU figure is measured on."""
+  import os
+  import platform
+  try:
+    with open("/proc/cpuinfo") as f:
+      name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+  except (OSError, StopIteration):
+    name = platform.machine()
+  return f"{name}, {os.cpu_count()} cores"

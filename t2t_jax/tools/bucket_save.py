@@ -35,7 +35,7 @@ def main(argv):
   del argv
   import jax
   from t2t_jax import checkpoints, model, optim, registry, storage, train
-  from t2t_jax.tools.checkpoint_disk import cpu_model
+  from t2t_jax.tools import cpu_model
   if not FLAGS.remote or not storage.is_remote(FLAGS.remote):
     raise SystemExit("--remote=gs://BUCKET/PATH is required")
   cfg = registry.get(FLAGS.experiment)
@@ -71,7 +71,7 @@ def main(argv):
             "bucket_over_local_whole": median["bucket_whole"] / median["local_whole"],
             "bucket_blocking_seconds": median["bucket_blocking"],
             "server": os.environ.get("TENSORSTORE_GCS_HTTP_URL", "Cloud Storage"),
-            "machine": f"{cpu_model()}, {os.cpu_count()} cores",
+            "machine": cpu_model(),
             "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__, "commit": commit,
             "command": f"python -m t2t_jax.tools.bucket_save --experiment={FLAGS.experiment} "
                        f"--remote=gs://BUCKET/PATH"}

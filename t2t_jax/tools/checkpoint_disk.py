@@ -29,15 +29,6 @@ flags.DEFINE_string("dir", None, "Where to write the checkpoints (default: a tem
 FLAGS = flags.FLAGS
 
 
-def cpu_model() -> str:
-  """lscpu's model name: what a CPU figure is measured on."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-  except (OSError, StopIteration):
-    return platform.machine()
-
-
 def folder_bytes(path: str) -> int:
   return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
              for f in files)
@@ -69,6 +60,7 @@ def main(argv):
   del argv
   import jax
   from t2t_jax import model, optim, registry, train
+  from t2t_jax.tools import cpu_model
   cfg = registry.get(FLAGS.experiment)
   state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
   # A trained run's Adam moments are dense floats; a new state's are zeros, which the
@@ -88,7 +80,7 @@ def main(argv):
   record = {"what": "checkpoint_disk", "experiment": FLAGS.experiment, "parameters": params,
             "parameter_bytes": 4 * params, "average_last": cfg.average.last,
             "before": before, "after": after, "after_over_before": after["bytes"] / before["bytes"],
-            "machine": f"{cpu_model()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
+            "machine": cpu_model(), "date": time.strftime("%Y-%m-%d"),
             "jax": jax.__version__, "commit": commit,
             "command": f"python -m t2t_jax.tools.checkpoint_disk --experiment={FLAGS.experiment}"}
   text = json.dumps(record, indent=1)
