@@ -242,3 +242,36 @@ def test_a_two_process_job_trains_in_a_bucket(gcs):
   outs = job(4)
   assert all("resuming from checkpoint 2" in o for o in outs)
   assert "valid: sacreBLEU" in outs[0] and "sacreBLEU" not in outs[1]
+
+
+def test_sigterm_and_a_damaged_newest_checkpoint_in_a_bucket(gcs):
+  """SIGTERM checkpoints the current step into the bucket and the same command resumes from
+  it; a newest checkpoint whose objects are damaged is set aside in the bucket
+  (corrupt_checkpoint_N) and the run resumes from the one before, as on disk."""
+  import signal
+  workdir = f"gs://{BUCKET}/runs/stopped"
+  extra = {"train.checkpoint_every_steps": 2, "train.log_every_steps": 1,
+           "train.final_eval": False}
+  proc = subprocess.Popen(_train_cmd(workdir, 100_000, extra), cwd=REPO, env=gcs, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = ""
+  for line in proc.stdout:
+    out += line
+    if line.startswith("step") and "/100000" in line and " 3/" in line:
+      break
+  proc.send_signal(signal.SIGTERM)
+  out += proc.communicate(timeout=300)[0]
+  assert proc.returncode == 0 and "stopped at step" in out, out[-3000:]
+  stopped = int(out.split("stopped at step ")[1].split()[0])
+  out = _run(_train_cmd(workdir, stopped + 2, extra), gcs)
+  assert f"resuming from checkpoint {stopped}" in out, out[-3000:]
+  newest = stopped + 2
+  damage = ("import sys, gcsfs; fs = gcsfs.GCSFileSystem(token='anon'); p = sys.argv[1]\n"
+            "for f in fs.find(p):\n"
+            "  if '/training/' in f and fs.size(f) > 0: fs.pipe(f, b'garbage')")
+  subprocess.run([sys.executable, "-c", damage, f"{workdir[5:]}/checkpoints/{newest}"],
+                 env=gcs, check=True, timeout=120)
+  out = _run(_train_cmd(workdir, newest + 2, extra), gcs)
+  assert "could not be restored" in out and f"resuming from checkpoint {stopped}" in out, \
+      out[-3000:]
+  assert any(o.startswith(f"corrupt_checkpoint_{newest}/") for o in _objects(gcs, workdir))
