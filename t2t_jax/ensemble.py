@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Sequence
 
-from t2t_jax import backend, side_by_side
+from t2t_jax import backend, side_by_side, storage
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.errors import UserError
 
@@ -28,6 +28,18 @@ def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experimen
   """The member's own training command: the run's flags, one member, its own seed."""
   return side_by_side.train_command(experiment, member_dir, dataset, [
       *sets, "ensemble.members=1", f"train.seed={cfg.train.seed + index}"])
+
+
+def _log_file(member: str) -> str:
+  """Where a member's output is streamed: its workdir's train.log, or, for a member in a
+  bucket (which cannot be appended to), a local file uploaded there when the member ends."""
+  if not storage.is_remote(member):
+    return os.path.join(member, "train.log")
+  import hashlib
+  import tempfile
+  folder = os.path.join(tempfile.gettempdir(), "t2t_jax_logs")
+  os.makedirs(folder, exist_ok=True)
+  return os.path.join(folder, hashlib.sha256(member.encode()).hexdigest()[:16] + ".log")
 
 
 def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
@@ -41,15 +53,15 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
   shares = backend.member_shares(n)
   if shares is None:
     print(f"warning: fewer cores or GPUs than the {n} members; they share them all", flush=True)
-  procs, relays = [], []
+  procs, relays, logs = [], [], []
   for i, member in enumerate(dirs):
-    os.makedirs(member, exist_ok=True)
+    storage.makedirs(member)
     cmd = member_command(cfg, member, i, experiment, dataset, sets)
     where, share_env = shares[i] if shares else ("shared devices", {})
     print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
           flush=True)
-    proc, relay = side_by_side.start_logged_run(cmd, os.path.join(member, "train.log"), f"[member {i}] ",
-                                   share_env)
+    logs.append(_log_file(member))
+    proc, relay = side_by_side.start_logged_run(cmd, logs[-1], f"[member {i}] ", share_env)
     procs.append(proc)
     relays.append(relay)
 
@@ -69,6 +81,11 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
       signal.signal(s, handler)
     for relay in relays:
       relay.join(timeout=10)
+    for member, log in zip(dirs, logs):  # a bucket member's log, streamed locally, goes up
+      if log != os.path.join(member, "train.log"):
+        storage.append_lines(storage.join(member, "train.log"),
+                             [open(log, encoding="utf-8", errors="replace").read()])
+        os.remove(log)
   failed = [(i, c) for i, c in enumerate(codes) if c != 0]
   if failed:
     raise UserError("; ".join(f"member {i} failed with exit code {c} (its log: "

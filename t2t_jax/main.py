@@ -251,11 +251,6 @@ def main(argv: list[str]) -> None:
                       f"--experiment={cfg.name} --workdir={FLAGS.workdir})")
     bookkeeping.check_run_info(cfg, workdir, training=False, reads_data=FLAGS.mode == "eval")
   if FLAGS.mode == "train" and cfg.ensemble.members > 1:
-    if storage.is_remote(workdir):
-      raise UsageError("ensemble.members > 1 streams each member's log into the workdir, "
-                       "which a bucket cannot append to: train them in a local or mounted "
-                       "folder, or train each member as a run of its own in the bucket and "
-                       "decode them together with --ensemble")
     run_train_ensemble(cfg, workdir)
   elif FLAGS.mode == "train":
     run_train(cfg, workdir)

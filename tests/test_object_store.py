@@ -275,3 +275,16 @@ def test_sigterm_and_a_damaged_newest_checkpoint_in_a_bucket(gcs):
   assert "could not be restored" in out and f"resuming from checkpoint {stopped}" in out, \
       out[-3000:]
   assert any(o.startswith(f"corrupt_checkpoint_{newest}/") for o in _objects(gcs, workdir))
+
+
+def test_an_ensemble_trained_in_a_bucket_decodes_with_both_members(gcs):
+  """`ensemble.members=2` with a gs:// workdir: both members train into the bucket, their
+  logs are uploaded as each member's train.log, and the ensemble evaluates."""
+  workdir = f"gs://{BUCKET}/runs/ensemble"
+  out = _run(_train_cmd(workdir, 2, {"ensemble.members": 2, "train.final_eval_test": False}),
+             gcs)
+  assert "valid: sacreBLEU" in out, out[-3000:]
+  objects = _objects(gcs, workdir)
+  for member in ("member0", "member1"):
+    assert f"{member}/train.log" in objects and f"{member}/experiment.json" in objects
+  assert "step" in _gs_read(gcs, f"{workdir}/member0/train.log")
