@@ -30,18 +30,6 @@ def member_command(cfg: ExperimentConfig, member_dir: str, index: int, experimen
       *sets, "ensemble.members=1", f"train.seed={cfg.train.seed + index}"])
 
 
-def _log_file(member: str) -> str:
-  """Where a member's output is streamed: its workdir's train.log, or, for a member in a
-  bucket (which cannot be appended to), a local file uploaded there when the member ends."""
-  if not storage.is_remote(member):
-    return os.path.join(member, "train.log")
-  import hashlib
-  import tempfile
-  folder = os.path.join(tempfile.gettempdir(), "t2t_jax_logs")
-  os.makedirs(folder, exist_ok=True)
-  return os.path.join(folder, hashlib.sha256(member.encode()).hexdigest()[:16] + ".log")
-
-
 def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
                   dataset: str | None, sets: Sequence[str]) -> bool:
   """Trains every member at once (each resumes if it can); True when all of them finished.
@@ -60,7 +48,7 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
     where, share_env = shares[i] if shares else ("shared devices", {})
     print(f"[member {i}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
           flush=True)
-    logs.append(_log_file(member))
+    logs.append(side_by_side.log_file(member))
     proc, relay = side_by_side.start_logged_run(cmd, logs[-1], f"[member {i}] ", share_env)
     procs.append(proc)
     relays.append(relay)
@@ -82,10 +70,7 @@ def train_members(cfg: ExperimentConfig, dirs: Sequence[str], experiment: str,
     for relay in relays:
       relay.join(timeout=10)
     for member, log in zip(dirs, logs):  # a bucket member's log, streamed locally, goes up
-      if log != os.path.join(member, "train.log"):
-        storage.append_lines(storage.join(member, "train.log"),
-                             [open(log, encoding="utf-8", errors="replace").read()])
-        os.remove(log)
+      side_by_side.keep_log(member, log)
   failed = [(i, c) for i, c in enumerate(codes) if c != 0]
   if failed:
     raise UserError("; ".join(f"member {i} failed with exit code {c} (its log: "

@@ -89,3 +89,25 @@ def start_logged_run(cmd: Sequence[str], log_path: str, prefix: str,
   relay = threading.Thread(target=_relay, args=(proc, log_path, offset, prefix), daemon=True)
   relay.start()
   return proc, relay
+
+
+def log_file(folder: str) -> str:
+  """Where a run's output is streamed: FOLDER/train.log, or, for a folder in a bucket (which
+  cannot be appended to), a local file that `keep_log` uploads there when the run ends."""
+  from t2t_jax import storage
+  if not storage.is_remote(folder):
+    return os.path.join(folder, "train.log")
+  import hashlib
+  import tempfile
+  local = os.path.join(tempfile.gettempdir(), "t2t_jax_logs")
+  os.makedirs(local, exist_ok=True)
+  return os.path.join(local, hashlib.sha256(folder.encode()).hexdigest()[:16] + ".log")
+
+
+def keep_log(folder: str, log: str) -> None:
+  """A bucket folder's log, streamed locally, added to FOLDER/train.log."""
+  from t2t_jax import storage
+  if log != os.path.join(folder, "train.log") and os.path.exists(log):
+    with open(log, encoding="utf-8", errors="replace") as f:
+      storage.append_lines(storage.join(folder, "train.log"), [f.read()])
+    os.remove(log)

@@ -288,3 +288,20 @@ def test_an_ensemble_trained_in_a_bucket_decodes_with_both_members(gcs):
   for member in ("member0", "member1"):
     assert f"{member}/train.log" in objects and f"{member}/experiment.json" in objects
   assert "step" in _gs_read(gcs, f"{workdir}/member0/train.log")
+
+
+def test_a_sweep_in_a_bucket_runs_its_rows_there_and_reports(gcs):
+  """`tools.sweep --workdir=gs://...`: every row trains in the bucket, the report's files are
+  written there, and a second run skips the finished rows."""
+  from test_sweep import MINI
+  from helpers import set_flags
+  workdir = f"gs://{BUCKET}/sweep"
+  cmd = [sys.executable, "-m", "t2t_jax.tools.sweep", "--sweep=table3", f"--workdir={workdir}",
+         "--dataset=demo", "--rows=table3_base,table3_c_n2", "--parallel=2", *set_flags(MINI)]
+  out = _run(cmd, gcs, timeout=900)
+  objects = _objects(gcs, workdir)
+  for name in ("table3.md", "table3.csv", "table3.png", "table3_base/eval/valid.json",
+               "table3_c_n2/train.log"):
+    assert name in objects, (name, objects)
+  assert "| table3_c_n2 | (C) N=2 |" in _gs_read(gcs, f"{workdir}/table3.md")
+  assert _run(cmd, gcs, timeout=900).count("finished, skipped") == 2, out[-2000:]

@@ -22,8 +22,9 @@ FLAGS = flags.FLAGS
 def read_metrics(workdir: str, missing_ok: bool = False) -> list[dict]:
   """WORKDIR/metrics.jsonl, one dict per logged step; [] for a run not yet logging when
   `missing_ok`, else FileNotFoundError."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
+  from t2t_jax import storage
+  path = storage.join(workdir, "metrics.jsonl")
+  if not storage.exists(path):
     if missing_ok:
       return []
     raise FileNotFoundError(f"no metrics in {path}: train first")

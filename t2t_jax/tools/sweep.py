@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import shutil
 import json
 import os
 import shlex
@@ -27,7 +28,7 @@ from typing import Any
 
 from absl import app, flags, logging
 
-from t2t_jax import backend, registry, side_by_side
+from t2t_jax import backend, registry, side_by_side, storage
 from t2t_jax.config import SweepRow, override, parse_set_flags, validate
 from t2t_jax.errors import UserError
 
@@ -114,17 +115,15 @@ def _run_dev_curve(workdir: str, run: Run) -> dict[int, float]:
 
 def row_result(row_dir: str) -> dict[str, Any] | None:
   """Dev PPL, dev BLEU and parameter count of a finished row, else None."""
-  info_path = os.path.join(row_dir, "experiment.json")
-  if not os.path.exists(info_path):
+  info_path = storage.join(row_dir, "experiment.json")
+  if not storage.exists(info_path):
     return None
-  with open(info_path) as f:
-    info = json.load(f)
+  info = json.loads(storage.read_text(info_path))
   dev = info["config"]["data"]["dev_split"]
-  eval_path = os.path.join(row_dir, "eval", f"{dev}.json")
-  if not os.path.exists(eval_path):
+  eval_path = storage.join(row_dir, "eval", f"{dev}.json")
+  if not storage.exists(eval_path):
     return None
-  with open(eval_path) as f:
-    ev = json.load(f)
+  ev = json.loads(storage.read_text(eval_path))
   from t2t_jax.tools import plot
   metrics = plot.read_metrics(row_dir)
   elapsed = next((r["elapsed_sec"] for r in reversed(metrics) if "elapsed_sec" in r), None)
@@ -191,11 +190,10 @@ def _as_run(workdir: str, runs: list[Run], row: str, base: dict | None) -> str:
   scales Table 3's sizes): "h=1, d_k=128, d_v=128"; "" for base, None before it starts."""
   def model_of(name: str) -> dict | None:
     run = next((r for r in runs if r.row == name), None)
-    path = os.path.join(workdir, run.name, "experiment.json") if run else ""
-    if not os.path.exists(path):
+    path = storage.join(workdir, run.name, "experiment.json") if run else ""
+    if not path or not storage.exists(path):
       return None
-    with open(path) as f:
-      return json.load(f)["config"]["model"]
+    return json.loads(storage.read_text(path))["config"]["model"]
   ours = model_of(row)
   theirs = model_of(base["experiment"]) if base else None
   if ours is None or theirs is None:
@@ -236,7 +234,21 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
   """DIR/<sweep>.md, .csv, .png and _dev_curves.png: ours next to the paper's, the seed band,
   the direction count; unfinished rows marked pending."""
   table = aggregate(workdir, rows, runs)
-  csv_path = os.path.join(workdir, f"{sweep}.csv")
+  if storage.is_remote(workdir):  # written locally, then each file uploaded
+    import tempfile
+    local = tempfile.mkdtemp()
+    paths = write_files(local, sweep, table, workdir, runs)
+    for path in paths:
+      storage.copy(path, storage.join(workdir, os.path.basename(path)))
+    shutil.rmtree(local, ignore_errors=True)
+    return [storage.join(workdir, os.path.basename(p)) for p in paths]
+  return write_files(workdir, sweep, table, workdir, runs)
+
+
+def write_files(folder: str, sweep: str, table: list[dict], workdir: str, runs: list[Run]
+                ) -> list[str]:
+  """The report's files in a local folder, from the rows in `workdir`."""
+  csv_path = os.path.join(folder, f"{sweep}.csv")
   with open(csv_path, "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(table[0]))
     w.writeheader()
@@ -276,12 +288,12 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
     lines.append(f"- {label}: {c.get('agrees', 0)} of {outside} rows outside the noise move "
                  f"in the paper's direction; {c.get('within noise', 0)} within noise, "
                  f"{c.get('paper: no change', 0)} where the paper's figure does not change.")
-  md_path = os.path.join(workdir, f"{sweep}.md")
+  md_path = os.path.join(folder, f"{sweep}.md")
   with open(md_path, "w") as f:
     f.write("\n".join(lines) + "\n")
-  png_path = os.path.join(workdir, f"{sweep}.png")
+  png_path = os.path.join(folder, f"{sweep}.png")
   _chart(table, png_path)
-  curves_path = os.path.join(workdir, f"{sweep}_dev_curves.png")
+  curves_path = os.path.join(folder, f"{sweep}_dev_curves.png")
   _dev_curves(workdir, table, runs, curves_path)
   return [md_path, csv_path, png_path, curves_path]
 
@@ -402,26 +414,27 @@ def _run_side_by_side(commands: dict[Run, list[str]], workdir: str, k: int) -> N
       while queue and free and not signalled:
         run, slot = queue.pop(0), free.pop(0)
         where, share_env = shares[slot] if shares else ("shared devices", {})
-        run_dir = os.path.join(workdir, run.name)
-        os.makedirs(run_dir, exist_ok=True)
+        run_dir = storage.join(workdir, run.name)
+        storage.makedirs(run_dir)
         cmd = commands[run]
         print(f"[{run.name}] {where}: {' '.join(shlex.quote(c) for c in ['python'] + cmd[1:])}",
               flush=True)
-        proc, relay = side_by_side.start_logged_run(cmd, os.path.join(run_dir, "train.log"),
-                                                f"[{run.name}] ", share_env)
-        running[slot] = (proc, relay, run, time.time())
+        log = side_by_side.log_file(run_dir)
+        proc, relay = side_by_side.start_logged_run(cmd, log, f"[{run.name}] ", share_env)
+        running[slot] = (proc, relay, run, time.time(), log)
       time.sleep(0.5)
-      for slot, (proc, relay, run, start) in list(running.items()):
+      for slot, (proc, relay, run, start, log) in list(running.items()):
         if proc.poll() is None:
           continue
         relay.join(timeout=10)
+        side_by_side.keep_log(storage.join(workdir, run.name), log)
         del running[slot]
         free.append(slot)
         if proc.returncode != 0:
           failed.append(run.name)
           print(f"[{run.name}] failed with exit code {proc.returncode} (its log: "
                 f"{os.path.join(workdir, run.name, 'train.log')})", flush=True)
-        elif row_result(os.path.join(workdir, run.name)) is not None:
+        elif row_result(storage.join(workdir, run.name)) is not None:
           durations.append(time.time() - start)
           finished += 1
           print(f"[{run.name}] done in {durations[-1]:.0f}s", flush=True)
@@ -483,7 +496,7 @@ def _seeds_on_disk(workdir: str, runs: list[Run]) -> list[Run]:
   sweep ran with), so the report never silently leaves a trained seed out."""
   planned, rows = set(runs), {run.row for run in runs}
   found = []
-  for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
+  for name in sorted(storage.listdir(workdir)) if storage.isdir(workdir) else []:
     row, sep, seed = name.rpartition("_seed")
     if sep and row in rows and seed.isdigit() and Run(row, int(seed)) not in planned:
       found.append(Run(row, int(seed)))
@@ -535,11 +548,8 @@ def _main() -> None:
       raise UserError(f"--{flag} must be > 0 and excludes --set of {', '.join(fields)}"
                       f"{' (got ' + ', '.join(clash) + ')' if clash else ''}")
     scales.update(dict.fromkeys(fields, factor))
-  if "://" in FLAGS.workdir:
-    raise UserError(f"--workdir={FLAGS.workdir}: a sweep's folder must be local or mounted "
-                    f"(its report is read and written as files there); each of its rows can "
-                    f"be trained in a bucket on its own (--print_commands gives them)")
-  workdir = os.path.abspath(FLAGS.workdir)
+  storage.check_supported(FLAGS.workdir, "--workdir")
+  workdir = storage.normalize(FLAGS.workdir)  # a folder, or one in a bucket (gs://)
   runs = sweep_runs(list(rows), FLAGS.seeds, seeds_for)
   commands = {run: row_command(run, workdir, sets, FLAGS.dataset, dict(rows[run.row].sets),
                                scales) for run in runs}
@@ -548,7 +558,7 @@ def _main() -> None:
     for cmd in commands.values():
       print(" ".join(shlex.quote(c) for c in ["python"] + cmd[1:]))
     return
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   if not FLAGS.report_only:
     if FLAGS.parallel > 1:
       _run_side_by_side(commands, workdir, FLAGS.parallel)
