@@ -305,3 +305,27 @@ def test_a_sweep_in_a_bucket_runs_its_rows_there_and_reports(gcs):
     assert name in objects, (name, objects)
   assert "| table3_c_n2 | (C) N=2 |" in _gs_read(gcs, f"{workdir}/table3.md")
   assert _run(cmd, gcs, timeout=900).count("finished, skipped") == 2, out[-2000:]
+
+
+def test_a_bucket_workdir_missing_any_of_its_files_still_trains_and_evaluates(gcs):
+  """tests/test_damaged_workdir.py's deletions, in a bucket: each file or folder of a trained
+  run deleted in turn before training (resumed) and evaluation; every case exits 0 without
+  a traceback, as on disk."""
+  from test_damaged_workdir import FILES, SETS
+  from helpers import main_command
+  base = f"gs://{BUCKET}/damaged/base"
+  _run(main_command(base, sets=SETS), gcs)
+  fs_code = ("import sys, gcsfs; fs = gcsfs.GCSFileSystem(token='anon'); a = sys.argv[2:]\n"
+             "if sys.argv[1] == 'cp': fs.copy(a[0], a[1], recursive=True)\n"
+             "else: fs.rm(a[0], recursive=True)")
+
+  def fs(*args):
+    subprocess.run([sys.executable, "-c", fs_code, *args], env=gcs, check=True, timeout=300)
+  for name in FILES:
+    for mode in ("train", "eval"):
+      case = f"gs://{BUCKET}/damaged/{name.replace('.', '_')}_{mode}"
+      fs("cp", base[5:], case[5:])
+      fs("rm", f"{case[5:]}/{name}")
+      r = subprocess.run(main_command(case, mode, sets=SETS), cwd=REPO, env=gcs,
+                         capture_output=True, text=True, timeout=600)
+      assert r.returncode == 0 and "Traceback" not in r.stderr, (name, mode, r.stderr[-3000:])
