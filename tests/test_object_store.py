@@ -329,3 +329,36 @@ def test_a_bucket_workdir_missing_any_of_its_files_still_trains_and_evaluates(gc
       r = subprocess.run(main_command(case, mode, sets=SETS), cwd=REPO, env=gcs,
                          capture_output=True, text=True, timeout=600)
       assert r.returncode == 0 and "Traceback" not in r.stderr, (name, mode, r.stderr[-3000:])
+
+
+def test_a_bucket_workdir_with_any_file_truncated_trains_and_evaluates_or_says_why(gcs):
+  """tests/test_damaged_workdir.py's truncations, in a bucket: each file (each object of a
+  folder; of checkpoints/, the newest, step 20) cut to half its bytes, before training (resumed) and evaluation: exit 0, or the
+  same one-line error as on disk, never a traceback."""
+  from test_damaged_workdir import ERRORS, FILES, SETS
+  from helpers import main_command
+  base = f"gs://{BUCKET}/truncated/base"
+  _run(main_command(base, sets=SETS), gcs)
+  fs_code = ("import sys, gcsfs; fs = gcsfs.GCSFileSystem(token='anon'); a = sys.argv[2:]\n"
+             "if sys.argv[1] == 'cp': fs.copy(a[0], a[1], recursive=True)\n"
+             "else:\n"
+             "  for f in (fs.find(a[0]) if fs.isdir(a[0]) else [a[0]]):\n"
+             "    data = fs.cat(f)\n"
+             "    if data: fs.pipe(f, data[:len(data) // 2])")
+
+  def fs(*args):
+    subprocess.run([sys.executable, "-c", fs_code, *args], env=gcs, check=True, timeout=300)
+  for name in FILES:
+    for mode in ("train", "eval"):
+      case = f"gs://{BUCKET}/truncated/{name.replace('.', '_')}_{mode}"
+      fs("cp", base[5:], case[5:])
+      # As on disk: a file, or every object of a folder (of checkpoints/, the newest).
+      fs("cut", f"{case[5:]}/{name}" + ("/20" if name == "checkpoints" else ""))
+      r = subprocess.run(main_command(case, mode, sets=SETS), cwd=REPO, env=gcs,
+                         capture_output=True, text=True, timeout=600)
+      expected = ERRORS.get((name, "truncated", mode))
+      assert "Traceback" not in r.stderr, (name, mode, r.stderr[-3000:])
+      if expected:
+        assert r.returncode == 2 and expected in r.stderr, (name, mode, r.stderr[-2000:])
+      else:
+        assert r.returncode == 0, (name, mode, r.stderr[-3000:])
