@@ -307,6 +307,26 @@ def test_a_sweep_in_a_bucket_runs_its_rows_there_and_reports(gcs):
   assert _run(cmd, gcs, timeout=900).count("finished, skipped") == 2, out[-2000:]
 
 
+# Copies, deletes or truncates (to half of each object) a bucket's files, through gcsfs.
+_BUCKET_FILES = """
+import sys, gcsfs
+fs, (action, *a) = gcsfs.GCSFileSystem(token="anon"), sys.argv[1:]
+if action == "cp":
+  fs.copy(a[0], a[1], recursive=True)
+elif action == "rm":
+  fs.rm(a[0], recursive=True)
+else:
+  for f in (fs.find(a[0]) if fs.isdir(a[0]) else [a[0]]):
+    data = fs.cat(f)
+    if data:
+      fs.pipe(f, data[:len(data) // 2])
+"""
+
+
+def _bucket_files(env, *args):
+  subprocess.run([sys.executable, "-c", _BUCKET_FILES, *args], env=env, check=True, timeout=300)
+
+
 def test_a_bucket_workdir_missing_any_of_its_files_still_trains_and_evaluates(gcs):
   """tests/test_damaged_workdir.py's deletions, in a bucket: each file or folder of a trained
   run deleted in turn before training (resumed) and evaluation; every case exits 0 without
@@ -315,12 +335,7 @@ def test_a_bucket_workdir_missing_any_of_its_files_still_trains_and_evaluates(gc
   from helpers import main_command
   base = f"gs://{BUCKET}/damaged/base"
   _run(main_command(base, sets=SETS), gcs)
-  fs_code = ("import sys, gcsfs; fs = gcsfs.GCSFileSystem(token='anon'); a = sys.argv[2:]\n"
-             "if sys.argv[1] == 'cp': fs.copy(a[0], a[1], recursive=True)\n"
-             "else: fs.rm(a[0], recursive=True)")
-
-  def fs(*args):
-    subprocess.run([sys.executable, "-c", fs_code, *args], env=gcs, check=True, timeout=300)
+  fs = lambda *args: _bucket_files(gcs, *args)
   for name in FILES:
     for mode in ("train", "eval"):
       case = f"gs://{BUCKET}/damaged/{name.replace('.', '_')}_{mode}"
@@ -339,15 +354,7 @@ def test_a_bucket_workdir_with_any_file_truncated_trains_and_evaluates_or_says_w
   from helpers import main_command
   base = f"gs://{BUCKET}/truncated/base"
   _run(main_command(base, sets=SETS), gcs)
-  fs_code = ("import sys, gcsfs; fs = gcsfs.GCSFileSystem(token='anon'); a = sys.argv[2:]\n"
-             "if sys.argv[1] == 'cp': fs.copy(a[0], a[1], recursive=True)\n"
-             "else:\n"
-             "  for f in (fs.find(a[0]) if fs.isdir(a[0]) else [a[0]]):\n"
-             "    data = fs.cat(f)\n"
-             "    if data: fs.pipe(f, data[:len(data) // 2])")
-
-  def fs(*args):
-    subprocess.run([sys.executable, "-c", fs_code, *args], env=gcs, check=True, timeout=300)
+  fs = lambda *args: _bucket_files(gcs, *args)
   for name in FILES:
     for mode in ("train", "eval"):
       case = f"gs://{BUCKET}/truncated/{name.replace('.', '_')}_{mode}"
