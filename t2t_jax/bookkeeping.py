@@ -13,7 +13,6 @@ import dataclasses
 import errno
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -41,8 +40,9 @@ class MetricsLog:
     if storage.exists(self.path):
       # Entries past the resumed step will be logged again; they move to
       # metrics.superseded.jsonl, so that no restart erases any history.
-      rows = jsonl.read(self.path)
-      whole = sum(1 for line in storage.read_bytes(self.path).splitlines() if line.strip())
+      data = storage.read_bytes(self.path)  # once: in a bucket, each read is a download
+      rows = jsonl.parse(data, self.path)
+      whole = sum(1 for line in data.splitlines() if line.strip())
       if whole > len(rows):  # torn lines: the file is rewritten below without them
         aside = checkpoints.unused_name(self.path + ".damaged")
         storage.copy(self.path, aside)

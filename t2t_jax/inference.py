@@ -53,7 +53,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     seconds = time.time() - start
     score, signature = bleu.sacrebleu_score(hyps, refs)
     tok_score = bleu.tokenized_bleu(hyps, refs, lang)
-    _write_atomic(os.path.join(out_dir, f"{split}.hyp"), "".join(h + "\n" for h in hyps))
+    storage.write_atomic(os.path.join(out_dir, f"{split}.hyp"),
+                         "".join(h + "\n" for h in hyps))
     result = {"split": split, "sacrebleu": round(score, 2), "tokenized_bleu": round(tok_score, 2),
               "signature": signature, "checkpoint": _portable(label, workdir),
               "num_sentences": len(hyps),
@@ -63,7 +64,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
     if len(dirs) > 1:
       result["ensemble"] = [_portable(d, workdir) for d in dirs]
-    _write_atomic(os.path.join(out_dir, f"{split}.json"), json.dumps(result, indent=2) + "\n")
+    storage.write_atomic(os.path.join(out_dir, f"{split}.json"),
+                         json.dumps(result, indent=2) + "\n")
     print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
           f"[{len(hyps)} sentences, {seconds:.0f}s]", flush=True)
     for src, hyp, ref in list(zip(sources, hyps, refs))[:samples]:
@@ -82,19 +84,6 @@ def _portable(text: str, workdir: str) -> str:
   """`text` with the workdir's absolute path written as WORKDIR, so that a result file
   names no machine's folders."""
   return text.replace(storage.normalize(workdir), "WORKDIR")
-
-
-def _write_atomic(path: str, text: str) -> None:
-  """Written under a name of this process's own (two evaluations of one workdir at once
-  must not write into each other's file), then renamed into place."""
-  from t2t_jax import data_sources
-  if storage.is_remote(path):
-    storage.write_atomic(path, text)  # one object write: whole or not at all
-    return
-  tmp = data_sources.temporary_name(path)
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(tmp, path)
 
 
 # Lines decoded together from a file or a pipe: enough for full batches on every device,

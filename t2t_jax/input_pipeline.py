@@ -49,8 +49,11 @@ from t2t_jax.vocab import Vocabulary
 CACHE_VERSION = 4  # 4: held-out pairs with an empty side are kept (aligned lines)
 
 
+LOCAL_CACHE = "~/.cache/t2t_jax"  # this machine's: the default data folder, and mirrors
+
+
 def default_data_dir() -> str:
-  return os.environ.get("T2T_JAX_DATA_DIR") or os.path.expanduser("~/.cache/t2t_jax")
+  return os.environ.get("T2T_JAX_DATA_DIR") or os.path.expanduser(LOCAL_CACHE)
 
 
 def local_data_dir(cfg: ExperimentConfig) -> str:
@@ -61,7 +64,7 @@ def local_data_dir(cfg: ExperimentConfig) -> str:
   if not storage.is_remote(root):
     return root
   import hashlib
-  return os.path.join(os.path.expanduser("~/.cache/t2t_jax"), "mirrors",
+  return os.path.join(os.path.expanduser(LOCAL_CACHE), "mirrors",
                       hashlib.sha256(root.encode()).hexdigest()[:12])
 
 
@@ -167,7 +170,7 @@ def vocab_file(cfg: ExperimentConfig) -> str:
 def local_vocab(path: str) -> str:
   """A local copy of a vocabulary in a bucket, which SentencePiece can only read from a
   local file; the path itself when it is local."""
-  return storage.local_copy(path, os.path.expanduser("~/.cache/t2t_jax/remote_vocabularies"))
+  return storage.local_copy(path, os.path.join(os.path.expanduser(LOCAL_CACHE), "remote_vocabularies"))
 
 
 def _saved_dataset_fingerprint(folder: str) -> str:

@@ -14,19 +14,23 @@ from typing import Any
 def read(path: str) -> list[dict[str, Any]]:
   """The objects of the file's lines, in order, without blank and undecodable lines."""
   from t2t_jax import storage
+  return parse(storage.read_bytes(path), path)
+
+
+def parse(data: bytes, path: str) -> list[dict[str, Any]]:
+  """`read` of the bytes of `path`, already read."""
   rows = []
-  text = storage.read_bytes(path).decode("utf-8", errors="replace")
-  if True:
-    for number, line in enumerate(text.splitlines(), start=1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError:
-        row = None
-      if not isinstance(row, dict):
-        print(f"warning: {path} line {number} is not a whole JSON object (a torn write?); "
-              f"skipped", file=sys.stderr, flush=True)
-        continue
-      rows.append(row)
+  text = data.decode("utf-8", errors="replace")
+  for number, line in enumerate(text.splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      row = None
+    if not isinstance(row, dict):
+      print(f"warning: {path} line {number} is not a whole JSON object (a torn write?); "
+            f"skipped", file=sys.stderr, flush=True)
+      continue
+    rows.append(row)
   return rows

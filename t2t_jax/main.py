@@ -176,8 +176,8 @@ def run_prepare(cfg: ExperimentConfig) -> None:
     raise UsageError(f"the data folder {folder} is a file, not a directory")
   start = time.time()
   directory = input_pipeline.prepared_dir(input_pipeline.resolve_splits(cfg))
-  size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory)
-             for f in files)
+  from t2t_jax import storage
+  size = storage.walk_bytes(directory)
   shown = f"{size / 1e9:,.2f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
   print(f"data ready in {directory} ({shown}, {time.time() - start:,.0f} s); training reads it "
         f"from there", flush=True)

@@ -124,16 +124,23 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
-  """`path` holds `data` whole or keeps what it held: locally a temporary file renamed into
-  place; in a bucket one object write, which is atomic."""
+  """`path` holds `data` whole or keeps what it held: locally a file of this process's own
+  name (two writers of one path must not write into each other's file) renamed into place;
+  in a bucket one object write, which is atomic."""
   mode = "wb" if isinstance(data, bytes) else "w"
   if is_remote(path):
     with open_file(path, mode) as f:
       f.write(data)
     return
-  with open(path + ".tmp", mode) as f:
-    f.write(data)
-  os.replace(path + ".tmp", path)
+  import uuid
+  tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  try:
+    with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+      f.write(data)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 def append_lines(path: str, lines: list[str]) -> None:
@@ -223,7 +230,3 @@ def local_copy(path: str, cache_dir: str) -> str:
   os.replace(target + ".tmp", target)
   return target
 
-
-def iter_lines(path: str) -> Iterator[str]:
-  with open_file(path) as f:
-    yield from f

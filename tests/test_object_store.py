@@ -327,43 +327,28 @@ def _bucket_files(env, *args):
   subprocess.run([sys.executable, "-c", _BUCKET_FILES, *args], env=env, check=True, timeout=300)
 
 
-def test_a_bucket_workdir_missing_any_of_its_files_still_trains_and_evaluates(gcs):
-  """tests/test_damaged_workdir.py's deletions, in a bucket: each file or folder of a trained
-  run deleted in turn before training (resumed) and evaluation; every case exits 0 without
-  a traceback, as on disk."""
-  from test_damaged_workdir import FILES, SETS
-  from helpers import main_command
-  base = f"gs://{BUCKET}/damaged/base"
-  _run(main_command(base, sets=SETS), gcs)
-  fs = lambda *args: _bucket_files(gcs, *args)
-  for name in FILES:
-    for mode in ("train", "eval"):
-      case = f"gs://{BUCKET}/damaged/{name.replace('.', '_')}_{mode}"
-      fs("cp", base[5:], case[5:])
-      fs("rm", f"{case[5:]}/{name}")
-      r = subprocess.run(main_command(case, mode, sets=SETS), cwd=REPO, env=gcs,
-                         capture_output=True, text=True, timeout=600)
-      assert r.returncode == 0 and "Traceback" not in r.stderr, (name, mode, r.stderr[-3000:])
-
-
-def test_a_bucket_workdir_with_any_file_truncated_trains_and_evaluates_or_says_why(gcs):
-  """tests/test_damaged_workdir.py's truncations, in a bucket: each file (each object of a
-  folder; of checkpoints/, the newest, step 20) cut to half its bytes, before training (resumed) and evaluation: exit 0, or the
-  same one-line error as on disk, never a traceback."""
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_bucket_workdir_with_any_file_damaged_trains_and_evaluates_or_says_why(gcs, how):
+  """tests/test_damaged_workdir.py's cases, in a bucket: each file or folder of a trained run
+  deleted, or cut to half its bytes (each object of a folder; of checkpoints/, the newest,
+  step 20), in turn, before training (resumed) and evaluation: exit 0, or the same one-line
+  error as on disk, never a traceback."""
   from test_damaged_workdir import ERRORS, FILES, SETS
   from helpers import main_command
-  base = f"gs://{BUCKET}/truncated/base"
+  base = f"gs://{BUCKET}/{how}/base"
   _run(main_command(base, sets=SETS), gcs)
-  fs = lambda *args: _bucket_files(gcs, *args)
   for name in FILES:
     for mode in ("train", "eval"):
-      case = f"gs://{BUCKET}/truncated/{name.replace('.', '_')}_{mode}"
-      fs("cp", base[5:], case[5:])
-      # As on disk: a file, or every object of a folder (of checkpoints/, the newest).
-      fs("cut", f"{case[5:]}/{name}" + ("/20" if name == "checkpoints" else ""))
+      case = f"gs://{BUCKET}/{how}/{name.replace('.', '_')}_{mode}"
+      _bucket_files(gcs, "cp", base[5:], case[5:])
+      if how == "deleted":
+        _bucket_files(gcs, "rm", f"{case[5:]}/{name}")
+      else:  # as on disk: a file, or every object of a folder (of checkpoints/, the newest)
+        _bucket_files(gcs, "cut", f"{case[5:]}/{name}" + ("/20" if name == "checkpoints"
+                                                          else ""))
       r = subprocess.run(main_command(case, mode, sets=SETS), cwd=REPO, env=gcs,
                          capture_output=True, text=True, timeout=600)
-      expected = ERRORS.get((name, "truncated", mode))
+      expected = ERRORS.get((name, how, mode))
       assert "Traceback" not in r.stderr, (name, mode, r.stderr[-3000:])
       if expected:
         assert r.returncode == 2 and expected in r.stderr, (name, mode, r.stderr[-2000:])

@@ -14,10 +14,8 @@ fake-gcs-server (with TENSORSTORE_GCS_HTTP_URL and STORAGE_EMULATOR_HOST pointin
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -35,7 +33,7 @@ def main(argv):
   del argv
   import jax
   from t2t_jax import checkpoints, model, optim, registry, storage, train
-  from t2t_jax.tools import cpu_model
+  from t2t_jax.tools import write_record
   if not FLAGS.remote or not storage.is_remote(FLAGS.remote):
     raise SystemExit("--remote=gs://BUCKET/PATH is required")
   cfg = registry.get(FLAGS.experiment)
@@ -63,23 +61,14 @@ def main(argv):
     storage.rmtree(storage.join(workdir, "checkpoints"))
   shutil.rmtree(local_root, ignore_errors=True)
   median = {k: float(np.median(v)) for k, v in times.items()}
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(__file__)).stdout.strip()
-  record = {"what": "bucket_save", "experiment": FLAGS.experiment,
-            "parameters": model.count_params(state.params),
-            "median_seconds": median, "all_seconds": times,
-            "bucket_over_local_whole": median["bucket_whole"] / median["local_whole"],
-            "bucket_blocking_seconds": median["bucket_blocking"],
-            "server": os.environ.get("TENSORSTORE_GCS_HTTP_URL", "Cloud Storage"),
-            "machine": cpu_model(),
-            "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__, "commit": commit,
-            "command": f"python -m t2t_jax.tools.bucket_save --experiment={FLAGS.experiment} "
-                       f"--remote=gs://BUCKET/PATH"}
-  text = json.dumps(record, indent=1)
-  print(text)
-  if FLAGS.out:
-    with open(FLAGS.out, "w") as f:
-      f.write(text + "\n")
+  write_record({"what": "bucket_save", "experiment": FLAGS.experiment,
+                "parameters": model.count_params(state.params),
+                "median_seconds": median, "all_seconds": times,
+                "bucket_over_local_whole": median["bucket_whole"] / median["local_whole"],
+                "bucket_blocking_seconds": median["bucket_blocking"],
+                "server": os.environ.get("TENSORSTORE_GCS_HTTP_URL", "Cloud Storage"),
+                "command": f"python -m t2t_jax.tools.bucket_save --experiment="
+                           f"{FLAGS.experiment} --remote=gs://BUCKET/PATH"}, FLAGS.out)
 
 
 if __name__ == "__main__":

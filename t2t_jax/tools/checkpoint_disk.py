@@ -12,11 +12,8 @@ free disk (big: ~55 GB) for a moment.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -29,15 +26,10 @@ flags.DEFINE_string("dir", None, "Where to write the checkpoints (default: a tem
 FLAGS = flags.FLAGS
 
 
-def folder_bytes(path: str) -> int:
-  return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
-             for f in files)
-
-
 def measure(cfg, state, root: str, keep: int, keep_for_average: int) -> dict:
   """Saves `average.last + 2` checkpoints 600 steps apart under one policy; the bytes and
   steps kept, and the seconds per save."""
-  from t2t_jax import checkpoints
+  from t2t_jax import checkpoints, storage
   workdir = tempfile.mkdtemp(dir=root)
   ckpt = checkpoints.Checkpointer(workdir, keep=keep, keep_for_average=keep_for_average)
   every, seconds = cfg.train.checkpoint_every_steps, []
@@ -49,7 +41,7 @@ def measure(cfg, state, root: str, keep: int, keep_for_average: int) -> dict:
   folder = os.path.join(workdir, "checkpoints")
   steps = sorted(int(s) for s in os.listdir(folder) if s.isdigit())
   whole = [s for s in steps if os.path.isdir(os.path.join(folder, str(s), checkpoints.TRAINING))]
-  out = {"keep_whole": keep, "keep_for_average": keep_for_average, "bytes": folder_bytes(folder),
+  out = {"keep_whole": keep, "keep_for_average": keep_for_average, "bytes": storage.walk_bytes(folder),
          "steps_kept": len(steps), "whole": len(whole),
          "median_save_seconds": sorted(seconds)[len(seconds) // 2]}
   shutil.rmtree(workdir)
@@ -60,7 +52,7 @@ def main(argv):
   del argv
   import jax
   from t2t_jax import model, optim, registry, train
-  from t2t_jax.tools import cpu_model
+  from t2t_jax.tools import write_record
   cfg = registry.get(FLAGS.experiment)
   state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
   # A trained run's Adam moments are dense floats; a new state's are zeros, which the
@@ -75,19 +67,12 @@ def main(argv):
   before = measure(cfg, state, root, keep=cfg.average.last, keep_for_average=0)
   after = measure(cfg, state, root, keep=cfg.train.keep_checkpoints,
                   keep_for_average=cfg.average.last)
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(__file__)).stdout.strip()
-  record = {"what": "checkpoint_disk", "experiment": FLAGS.experiment, "parameters": params,
-            "parameter_bytes": 4 * params, "average_last": cfg.average.last,
-            "before": before, "after": after, "after_over_before": after["bytes"] / before["bytes"],
-            "machine": cpu_model(), "date": time.strftime("%Y-%m-%d"),
-            "jax": jax.__version__, "commit": commit,
-            "command": f"python -m t2t_jax.tools.checkpoint_disk --experiment={FLAGS.experiment}"}
-  text = json.dumps(record, indent=1)
-  print(text)
-  if FLAGS.out:
-    with open(FLAGS.out, "w") as f:
-      f.write(text + "\n")
+  write_record({"what": "checkpoint_disk", "experiment": FLAGS.experiment,
+                "parameters": params, "parameter_bytes": 4 * params,
+                "average_last": cfg.average.last, "before": before, "after": after,
+                "after_over_before": after["bytes"] / before["bytes"],
+                "command": f"python -m t2t_jax.tools.checkpoint_disk "
+                           f"--experiment={FLAGS.experiment}"}, FLAGS.out)
 
 
 if __name__ == "__main__":
