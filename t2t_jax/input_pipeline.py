@@ -71,8 +71,11 @@ def local_data_dir(cfg: ExperimentConfig) -> str:
 def tfds_data_dir(cfg: ExperimentConfig) -> str | None:
   """Where tfds downloads and builds: the data folder the user named (data.data_dir, else
   T2T_JAX_DATA_DIR), so a cluster's shared or scratch disk holds it; with neither, tfds's own
-  default (TFDS_DATA_DIR, else ~/tensorflow_datasets), where earlier downloads already lie."""
-  return cfg.data.data_dir or os.environ.get("T2T_JAX_DATA_DIR") or None
+  default (TFDS_DATA_DIR, else ~/tensorflow_datasets), where earlier downloads already lie.
+  For a folder in a bucket, this machine's mirror of it: tfds writes gs:// through
+  TensorFlow's own client, and only the prepared data, which is uploaded, is read again."""
+  named = cfg.data.data_dir or os.environ.get("T2T_JAX_DATA_DIR") or None
+  return local_data_dir(cfg) if named and storage.is_remote(named) else named
 
 
 def _splits_key(cfg: ExperimentConfig) -> str:

@@ -77,6 +77,18 @@ def _run(cmd, env, timeout=600):
   return r.stdout + r.stderr
 
 
+@pytest.mark.skipif(os.environ.get("T2T_JAX_NETWORK_ISOLATED") != "1",
+                    reason="CI runs these tests in a network namespace with loopback alone "
+                           "(T2T_JAX_NETWORK_ISOLATED=1 says so)")
+def test_only_loopback_is_reachable_so_no_cloud_is_used(gcs):
+  """Cloud Storage's endpoint and the metadata server (where credentials would come from)
+  cannot be reached, while the local server can: a test that passed used the local one."""
+  for host, port in [("169.254.169.254", 80), ("142.250.0.128", 443)]:
+    with pytest.raises(OSError), socket.create_connection((host, port), timeout=5):
+      pass
+  urllib.request.urlopen(f"{gcs['STORAGE_EMULATOR_HOST']}/storage/v1/b/{BUCKET}", timeout=5)
+
+
 def test_a_run_in_a_bucket_trains_resumes_averages_evaluates_and_translates(gcs, tmp_path):
   """Every file of the run lies in the bucket (nothing in a local folder named gs:); a second
   command resumes from the bucket's checkpoint and the metrics keep the first run's lines
@@ -99,8 +111,9 @@ def test_a_run_in_a_bucket_trains_resumes_averages_evaluates_and_translates(gcs,
                             "print(epath.Path(sys.argv[1]).read_text())",
                             f"{workdir}/metrics.jsonl"], env=gcs, capture_output=True,
                            text=True, timeout=120).stdout
-  steps = [json.loads(line)["step"] for line in metrics.splitlines() if line.strip()]
-  assert steps[:2] == [2, 4] and 6 in steps, steps  # the first run's lines are kept
+  rows = [json.loads(line) for line in metrics.splitlines() if line.strip()]
+  # the first run's lines are kept, and each logged step is there once
+  assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6], rows
   out = _run(_train_cmd(workdir, 6, extra) + ["--mode=eval", "--splits=test"], gcs)
   assert "test: sacreBLEU" in out
   source = tmp_path / "in.txt"
@@ -141,6 +154,10 @@ def test_kill_9_in_an_async_bucket_checkpoint_then_resume_ends_as_an_uninterrupt
   out = _run(_train_cmd(workdir, steps, extra), gcs)
   assert "resuming from checkpoint" in out, out[-3000:]
   assert _final_losses(gcs, workdir)[steps] == _final_losses(gcs, reference)[steps]
+  # metrics.jsonl holds every logged step exactly once (steps the killed run logged past the
+  # checkpoint it resumed from are moved to metrics.superseded.jsonl, not repeated)
+  rows = [json.loads(l) for l in _gs_read(gcs, f"{workdir}/metrics.jsonl").splitlines() if l]
+  assert [r["step"] for r in rows if "loss" in r] == list(range(1, steps + 1))
 
 
 def test_every_mode_reads_and_writes_a_bucket(gcs, tmp_path):
@@ -354,3 +371,129 @@ def test_a_bucket_workdir_with_any_file_damaged_trains_and_evaluates_or_says_why
         assert r.returncode == 2 and expected in r.stderr, (name, mode, r.stderr[-2000:])
       else:
         assert r.returncode == 0, (name, mode, r.stderr[-3000:])
+
+
+@pytest.fixture(scope="module")
+def trained_in_bucket(gcs, tmp_path_factory):
+  """tests/test_damaged_workdir.py's finished tiny run, trained in this process into the
+  bucket (this process's environment pointed at the server for the module's tests)."""
+  import contextlib
+  import io
+  from t2t_jax import main
+  from test_damaged_workdir import _args, _small_corpus
+  saved = dict(os.environ)
+  os.environ.update(gcs)
+  workdir = f"gs://{BUCKET}/damaged_modes/base"
+  dataset = _small_corpus(tmp_path_factory.mktemp("corpus"))
+  err = io.StringIO()
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+    main.FLAGS.unparse_flags()
+    try:
+      main._main_guarded(main._parse_flags(["t2t_jax.main"] +
+                                           _args(workdir, "train", None, dataset)))
+    except SystemExit as e:
+      raise AssertionError(err.getvalue()[-3000:]) from e
+    finally:
+      main.FLAGS.unparse_flags()
+  yield workdir, dataset
+  # tensorboardX's bucket writer, closed by the run, uploads its file again when collected;
+  # a reference lingers in this process until it exits, when the server is gone.
+  import gc
+  from tensorboardX.record_writer import GCSRecordWriter
+  for writer in [o for o in gc.get_objects() if isinstance(o, GCSRecordWriter)]:
+    writer.flush = lambda: None
+  os.environ.clear()
+  os.environ.update(saved)
+
+
+@pytest.mark.parametrize("how", ("deleted", "truncated"))
+@pytest.mark.parametrize("name", ("experiment.json", "spm.model", "spm.model.sha256",
+                                  "metrics.jsonl", "checkpoints", "averaged", "eval"))
+def test_a_damaged_bucket_workdir_translates_scores_exports_averages_and_plots_or_says_why(
+    trained_in_bucket, tmp_path, capsys, name, how):
+  """The damaged-workdir cases of the modes that read a finished run (train and eval are
+  above), in a bucket and in this process: each works as on disk, or ends in the same one
+  `error:` line with exit code 2; an exception would fail the test by itself."""
+  import gcsfs
+  from t2t_jax import storage
+  from test_damaged_workdir import ERRORS, _args, run_main
+  base, dataset = trained_in_bucket
+  fs = gcsfs.GCSFileSystem(token="anon")
+  for mode in ("translate", "score", "export", "average", "attention"):
+    case = f"gs://{BUCKET}/damaged_modes/{name.replace('.', '_')}_{how}_{mode}"
+    fs.copy(base[5:], case[5:], recursive=True)
+    target = f"{case[5:]}/{name}"
+    if how == "deleted":
+      fs.rm(target, recursive=True)
+    else:  # as on disk: a file, or every object of a folder (of checkpoints/, the newest)
+      if name == "checkpoints":
+        target += "/20"
+      for f in (fs.find(target) if fs.isdir(target) else [target]):
+        data = fs.cat(f)
+        fs.pipe(f, data[:len(data) // 2])
+    fs.invalidate_cache()
+    out_dir = tmp_path / mode
+    out_dir.mkdir()
+    code, out, err = run_main(_args(case, mode, out_dir, dataset), capsys)
+    expected = ERRORS.get((name, how, mode))
+    if expected:
+      errors = [l for l in err.splitlines() if l.startswith("error: ")]
+      assert code == 2 and len(errors) == 1 and expected in errors[0], (mode, err[-3000:])
+      continue
+    assert code == 0, (mode, err[-3000:])
+    if mode == "translate":
+      assert len((out_dir / "output.txt").read_text().splitlines()) == 1
+    elif mode == "score":
+      float((out_dir / "output.txt").read_text().split()[0])
+    elif mode == "export":
+      assert (out_dir / "hf" / "config.json").is_file()
+    elif mode == "average":
+      averaged = json.loads(storage.read_text(f"{case}/averaged/averaged.json"))
+      assert averaged["steps"] == [10, 20]
+    else:
+      assert (out_dir / "attention.png").stat().st_size > 0
+
+
+def test_a_tfds_data_set_with_its_data_folder_in_a_bucket_builds_locally_and_uploads(
+    gcs, tmp_path, monkeypatch):
+  """tfds writes gs:// through TensorFlow's own Cloud Storage client, which no local server
+  can stand in for (against this one it went to www.googleapis.com). So with the data folder
+  in a bucket, tfds builds on this machine (the bucket's local mirror) and the prepared data
+  is uploaded: the bucket holds our cache and no tfds file, and another host downloads it."""
+  tfds = pytest.importorskip("tensorflow_datasets", reason="needs the [tfds] extra")
+  from t2t_jax import input_pipeline, registry
+  from t2t_jax.config import override
+
+  class T2tBucketPairs(tfds.core.GeneratorBasedBuilder):
+    """A tiny en-de set built from memory: tfds's own download_and_prepare, no network."""
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+          {"en": tfds.features.Text(), "de": tfds.features.Text()}))
+
+    def _split_generators(self, dl_manager):
+      return {split: self._generate_examples(split, n)
+              for split, n in (("train", 200), ("validation", 10), ("test", 10))}
+
+    def _generate_examples(self, split, n):
+      for i in range(n):
+        yield i, {"en": f"the {split} cat number {i} sleeps", "de": f"die {split} katze {i}"}
+
+  for key, value in gcs.items():
+    monkeypatch.setenv(key, value)
+  bucket = f"gs://{BUCKET}/tfds_data"
+  cfg = override(registry.get("demo"), {
+      "data.dataset": "tfds:t2t_bucket_pairs:en-de", "data.dev_split": "validation",
+      "data.data_dir": bucket, "model.vocab_size": 60})
+  hosts = {}
+  for host in ("first", "second"):
+    monkeypatch.setenv("HOME", str(tmp_path / host))  # each host's own disk and mirror
+    hosts[host] = input_pipeline.prepared_dir(cfg)
+    sources = input_pipeline.load(cfg, num_devices=1).raw("validation")[0]
+    assert sorted(sources) == sorted(f"the validation cat number {i} sleeps" for i in range(10))
+  built = list((tmp_path / "first").rglob("t2t_bucket_pairs-train.tfrecord*"))
+  assert built and not list((tmp_path / "second").rglob("*.tfrecord*"))  # downloaded only
+  objects = _objects(gcs, bucket)
+  assert any(o.endswith("meta.json") for o in objects)
+  assert not any("t2t_bucket_pairs/1.0.0" in o for o in objects), objects
