@@ -142,12 +142,10 @@ def packing(setting: bool | str) -> bool:
 
   On an accelerator each step shape costs a compilation (41 s for base on an H200,
   2026-11-27) and a TPU tolerates few shapes; packed, base_ende meets 1 step shape on
-  WMT-shaped data instead of 28, with 0.6% of the target slots padding instead of 8.9%. On
-  XLA:CPU (2-core Xeon, 2026-11-27) the demo trained in 124 s packed against 195 s
-  bucketed: 12.3k against 10.7k real target tok/s, 6.6 s compiling 4 programs against 87 s
-  for 11 (results/packing/README.md). On one H200 (2026-11-28) a packed base_ende run
-  reached 0.877x the synthetic step's tok/s, steady 114 s after launch with 7 programs
-  compiled; the bucketed run was still compiling 31 programs after 200 s.
+  WMT-shaped data instead of 28, with 0.6% of the target slots padding instead of 8.9%
+  (results/packing/README.md). On one H200 (2026-11-28) a packed base_ende run reached
+  0.877x the synthetic step's tok/s, steady 114 s after launch with 7 programs compiled;
+  the bucketed run was still compiling 31 programs after 200 s.
   """
   if setting == "auto":
     return True

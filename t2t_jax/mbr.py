@@ -6,7 +6,7 @@ sentence BLEU against the others, each weighted by the exponential of its beam
 score: the consensus of the beam, which is what the corpus BLEU that is reported
 rewards. The beam scores are length-normalised log-probabilities, log p / lp(|Y|);
 on Multi30k's valid split they weighted better than raw log-probabilities, which
-favour short hypotheses (results/multi30k_ende/README.md).
+favour short hypotheses (the multi30k_ende recipe's decoding was chosen this way).
 The utility is sacreBLEU's own sentence BLEU (13a tokens, 'exp' smoothing,
 effective order) computed from n-gram counts made once per hypothesis.
 """
