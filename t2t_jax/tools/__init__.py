@@ -9,10 +9,15 @@ def cpu_model() -> str:
   import platform
   try:
     with open("/proc/cpuinfo") as f:
-      name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+      lines = f.read().splitlines()
+    name = next(l.split(":", 1)[1].strip() for l in lines if l.startswith("model name"))
+    flags = set(next(l.split(":", 1)[1] for l in lines if l.startswith("flags")).split())
   except (OSError, StopIteration):
-    name = platform.machine()
-  return f"{name}, {os.cpu_count()} cores"
+    return f"{platform.machine()}, {os.cpu_count()} cores"
+  # The instruction sets XLA:CPU's speed depends on most (bf16 differs 2x between them).
+  units = ("with AVX-512" if "avx512f" in flags else "without AVX-512") + \
+      (" and AMX" if "amx_tile" in flags else "")
+  return f"{name} {units}, {os.cpu_count()} cores"
 
 
 def write_record(record: dict, out: str | None) -> None:
