@@ -20,9 +20,9 @@ from absl import app, flags, logging
 
 from t2t_jax import hostmem
 from t2t_jax.errors import UserError, check_input_dir, check_input_file, check_output_file
-from t2t_jax.config import (ExperimentConfig, evaluation_splits, final_eval_splits,
-                            is_split_name, override, parse_set_flags, resolve_init_from,
-                            validate)
+from t2t_jax.config import (COMPUTE_FIELDS, ExperimentConfig, evaluation_splits,
+                            final_eval_splits, is_split_name, override, parse_set_flags,
+                            resolve_init_from, validate)
 
 MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export",
          "prepare")
@@ -238,6 +238,11 @@ def main(argv: list[str]) -> None:
   gives_data = bool(FLAGS.dataset) or any(s.strip().startswith("data.") for s in FLAGS.set)
   if FLAGS.mode != "train" and not gives_data:
     cfg = bookkeeping.with_recorded_data(cfg, workdir)
+  set_keys = [item.partition("=")[0].strip() for item in FLAGS.set]
+  gives_model = any(k.startswith("model.") and k[len("model."):] not in COMPUTE_FIELDS
+                    for k in set_keys)  # how it computes may change in any mode
+  if FLAGS.mode != "train" and not gives_model:
+    cfg = bookkeeping.with_recorded_model(cfg, workdir)
   cfg = bookkeeping.with_compute_dtype(cfg, workdir, training=FLAGS.mode == "train")
   validate(cfg)  # what depends on the resolved dtype
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read

@@ -245,3 +245,27 @@ def _cfg():
   from t2t_jax import registry
   from t2t_jax.config import override
   return override(registry.get("demo"), SETS)
+
+
+def test_a_run_trained_with_model_settings_is_decoded_without_repeating_them(
+    trained, tmp_path, capsys):
+  """The run was trained with `--set model.*` (the tiny model): evaluating, averaging and
+  translating it take the recorded model when the command gives none (as they take the
+  recorded data), and a command that gives another shape is refused in one line."""
+  workdir = tmp_path / "run"
+  shutil.copytree(trained[0], workdir)
+  src = tmp_path / "input.txt"
+  src.write_text("ta suda.\n")
+  base = ["--experiment=demo", f"--workdir={workdir}", "--set=decode.beam_size=1",
+          "--set=decode.max_extra_length=4"]
+  for mode, extra in (("eval", ["--splits=valid"]), ("average", []),
+                      ("translate", [f"--input={src}", f"--output={tmp_path / 'out.txt'}"])):
+    code, out, err = run_main(base + [f"--mode={mode}"] + extra, capsys)
+    assert code == 0, (mode, err[-3000:])
+  assert len((tmp_path / "out.txt").read_text().splitlines()) == 1
+  code, out, err = run_main(base + ["--mode=eval", "--set=model.d_ff=128"], capsys)
+  assert code == 2 and "different model settings (model.d_ff" in err, err[-2000:]
+  # how the model computes may still change: a bf16 decode of the float32 run
+  code, out, err = run_main(base + ["--mode=eval", "--splits=valid",
+                                    "--set=model.dtype=bfloat16"], capsys)
+  assert code == 0 and "BLEU" in out, err[-3000:]
