@@ -16,8 +16,8 @@
 #
 # A TPU VM keeps nothing and its hosts share no disk, so the run lives in a bucket: WORKDIR
 # (default gs://BUCKET/t2t_runs/EXPERIMENT) holds checkpoints, TensorBoard, the vocabulary and
-# the evaluation; DATA_DIR (default gs://BUCKET/t2t_data) the downloaded and prepared corpus,
-# which process 0 prepares and uploads once and every host then downloads to its own disk.
+# the evaluation; DATA_DIR (default gs://BUCKET/t2t_data) the prepared corpus, which process 0
+# prepares once (tfds downloading to its own disk) and uploads, and every host then downloads.
 # Checkpoints are complete when orbax's commit marker says so, not by a rename. Any folder
 # every host shares at the same path (a Filestore share) serves as well.
 #
