@@ -185,27 +185,29 @@ def with_compute_dtype(cfg: ExperimentConfig, workdir: str, training: bool) -> E
   return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
 
 
+def _with_recorded(cfg: ExperimentConfig, workdir: str, section: str,
+                   leave: tuple[str, ...] = ()) -> ExperimentConfig:
+  """`cfg` with `section`'s settings as the workdir was trained with them, `leave` aside."""
+  found = checkpoints.recorded_settings(workdir)
+  if found is None:
+    return cfg
+  current = getattr(cfg, section)
+  known = {f.name for f in dataclasses.fields(current)} - set(leave)
+  recorded = {k: v for k, v in found[1][section].items() if k in known}
+  return dataclasses.replace(cfg, **{section: dataclasses.replace(current, **recorded)})
+
+
 def with_recorded_model(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   """`cfg` with the model the workdir was trained with, how it computes aside (for a command
   on a trained run that gives no `model.*` setting: a run trained with `--set model.*` is
   evaluated, averaged or translated without repeating them)."""
-  found = checkpoints.recorded_settings(workdir)
-  if found is None:
-    return cfg
-  known = {f.name for f in dataclasses.fields(cfg.model)} - set(COMPUTE_FIELDS)
-  recorded = {k: v for k, v in found[1]["model"].items() if k in known}
-  return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **recorded))
+  return _with_recorded(cfg, workdir, "model", leave=COMPUTE_FIELDS)
 
 
 def with_recorded_data(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   """`cfg` with the data settings the workdir was trained with (for a command that gives
   none: a fine-tuned run's later commands need not repeat its `--dataset`)."""
-  found = checkpoints.recorded_settings(workdir)
-  if found is None:
-    return cfg
-  known = {f.name for f in dataclasses.fields(cfg.data)}
-  recorded = {k: v for k, v in found[1]["data"].items() if k in known}
-  return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **recorded))
+  return _with_recorded(cfg, workdir, "data")
 
 
 def check_init_from(cfg: ExperimentConfig) -> None:

@@ -103,13 +103,10 @@ def compilation_cache(tmp_path_factory):
   compilation_cache.reset_cache()  # the worker's later tests run as they would alone
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """A finished tiny run: checkpoints 10 and 20, their average, the dev split's BLEU."""
-  root = tmp_path_factory.mktemp("damaged")
-  workdir, dataset = root / "trained", _small_corpus(root)
-  out, err = io.StringIO(), io.StringIO()  # a module fixture has no capsys
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+def train_in_process(workdir, dataset: str) -> None:
+  """The tiny run trained by `main` in this process (a module fixture has no capsys)."""
+  err = io.StringIO()
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
     main.FLAGS.unparse_flags()
     try:
       main._main_guarded(main._parse_flags(["t2t_jax.main"] +
@@ -118,6 +115,14 @@ def trained(tmp_path_factory):
       raise AssertionError(err.getvalue()[-3000:]) from e
     finally:
       main.FLAGS.unparse_flags()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A finished tiny run: checkpoints 10 and 20, their average, the dev split's BLEU."""
+  root = tmp_path_factory.mktemp("damaged")
+  workdir, dataset = root / "trained", _small_corpus(root)
+  train_in_process(workdir, dataset)
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["10", "20"]
   assert (workdir / "averaged" / "averaged.json").exists() and (workdir / "eval").is_dir()
   return workdir, dataset

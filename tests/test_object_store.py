@@ -377,24 +377,12 @@ def test_a_bucket_workdir_with_any_file_damaged_trains_and_evaluates_or_says_why
 def trained_in_bucket(gcs, tmp_path_factory):
   """tests/test_damaged_workdir.py's finished tiny run, trained in this process into the
   bucket (this process's environment pointed at the server for the module's tests)."""
-  import contextlib
-  import io
-  from t2t_jax import main
-  from test_damaged_workdir import _args, _small_corpus
+  from test_damaged_workdir import _small_corpus, train_in_process
   saved = dict(os.environ)
   os.environ.update(gcs)
   workdir = f"gs://{BUCKET}/damaged_modes/base"
   dataset = _small_corpus(tmp_path_factory.mktemp("corpus"))
-  err = io.StringIO()
-  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-    main.FLAGS.unparse_flags()
-    try:
-      main._main_guarded(main._parse_flags(["t2t_jax.main"] +
-                                           _args(workdir, "train", None, dataset)))
-    except SystemExit as e:
-      raise AssertionError(err.getvalue()[-3000:]) from e
-    finally:
-      main.FLAGS.unparse_flags()
+  train_in_process(workdir, dataset)
   yield workdir, dataset
   # tensorboardX's bucket writer, closed by the run, uploads its file again when collected;
   # a reference lingers in this process until it exits, when the server is gone.

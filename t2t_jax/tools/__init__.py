@@ -37,3 +37,18 @@ def write_record(record: dict, out: str | None) -> None:
   if out:
     with open(out, "w") as f:
       f.write(text + "\n")
+
+
+def state_with_dense_moments(experiment: str):
+  """The experiment's initial training state on the host, with Adam's moments filled with
+  random values of their shapes: a trained run's moments are dense floats, while a new
+  state's are zeros, which a checkpoint's compression stores in almost nothing."""
+  import jax
+  import numpy as np
+  from t2t_jax import optim, registry, train
+  cfg = registry.get(experiment)
+  state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
+  rng = np.random.default_rng(0)
+  return state.replace(opt_state=jax.tree_util.tree_map(
+      lambda x: rng.standard_normal(x.shape).astype(x.dtype)
+      if np.issubdtype(x.dtype, np.floating) and x.ndim else x, state.opt_state))

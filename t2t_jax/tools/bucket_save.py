@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 
@@ -71,17 +71,11 @@ def _trainer_cmd(workdir: str) -> list[str]:
 
 def main(argv):
   del argv
-  import jax
-  from t2t_jax import checkpoints, model, optim, registry, storage, train
-  from t2t_jax.tools import write_record
+  from t2t_jax import checkpoints, model, storage
+  from t2t_jax.tools import state_with_dense_moments, write_record
   if not FLAGS.remote or not storage.is_remote(FLAGS.remote):
     raise SystemExit("--remote=gs://BUCKET/PATH is required")
-  cfg = registry.get(FLAGS.experiment)
-  state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
-  rng = np.random.default_rng(0)
-  state = state.replace(opt_state=jax.tree_util.tree_map(
-      lambda x: rng.standard_normal(x.shape).astype(x.dtype)
-      if np.issubdtype(x.dtype, np.floating) and x.ndim else x, state.opt_state))
+  state = state_with_dense_moments(FLAGS.experiment)
   local_root = tempfile.mkdtemp()
   places = {"local": os.path.join(local_root, "run"), "bucket": FLAGS.remote.rstrip("/")}
   times = {f"{place}_{kind}": [] for place in places for kind in ("whole", "blocking", "cpu")}

@@ -17,7 +17,6 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
 from absl import app, flags
 
 flags.DEFINE_string("experiment", "big_ende", "The experiment whose state is saved.")
@@ -50,17 +49,10 @@ def measure(cfg, state, root: str, keep: int, keep_for_average: int) -> dict:
 
 def main(argv):
   del argv
-  import jax
-  from t2t_jax import model, optim, registry, train
-  from t2t_jax.tools import write_record
+  from t2t_jax import model, registry
+  from t2t_jax.tools import state_with_dense_moments, write_record
   cfg = registry.get(FLAGS.experiment)
-  state = jax.device_get(train.init_state(cfg, optim.make_optimizer(cfg)))
-  # A trained run's Adam moments are dense floats; a new state's are zeros, which the
-  # checkpoint's compression stores in almost nothing. Random ones stand in for them.
-  rng = np.random.default_rng(0)
-  state = state.replace(opt_state=jax.tree_util.tree_map(
-      lambda x: rng.standard_normal(x.shape).astype(x.dtype)
-      if np.issubdtype(x.dtype, np.floating) and x.ndim else x, state.opt_state))
+  state = state_with_dense_moments(FLAGS.experiment)
   params = model.count_params(state.params)
   root = FLAGS.dir or tempfile.mkdtemp()
   os.makedirs(root, exist_ok=True)
