@@ -391,7 +391,8 @@ class Profiler:
 
 class DevBleu:
   """`train.bleu_every_steps`: the first `train.bleu_sentences` dev sentences translated with
-  the current parameters; their sacreBLEU and three samples, for the log.
+  the current parameters; their score (the task's: sacreBLEU, or a parser's EVALB F1 as
+  `dev_f1`) and three samples, for the log.
 
   One decoder is built once; each call hands it a host copy of the parameters placed on this
   process's devices, so a multi-process job decodes on process 0 alone, with no collective.
@@ -404,14 +405,17 @@ class DevBleu:
 
   def __init__(self, cfg: ExperimentConfig, ds: input_pipeline.Dataset, params: Any,
                shrink: bool = False):
-    from t2t_jax import decode
+    from t2t_jax import decode, tasks
     t = cfg.train
+    self.task = tasks.for_config(cfg)
     sources, refs = ds.raw(cfg.data.dev_split)
     self.sources, self.refs = sources[:t.bleu_sentences], refs[:t.bleu_sentences]
     decode_cfg = dataclasses.replace(cfg.decode, beam_size=t.bleu_beam_size, mbr=False)
     self.decoder = decode.BeamDecoder(params, cfg.model, decode_cfg, ds.vocab,
                                       max_input_length=min(cfg.data.max_length,
-                                                           cfg.model.max_len), shrink=shrink)
+                                                           cfg.model.max_len), shrink=shrink,
+                                      constraint=self.task.constraint(ds.vocab)
+                                      if cfg.decode.constrained else None)
     self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
 
   def place(self, replicated_params: Any) -> None:
@@ -420,15 +424,15 @@ class DevBleu:
                                              len(self.decoder.devices), local_only=True)
 
   def __call__(self, replicated_params: Any) -> dict[str, Any]:
-    from t2t_jax import bleu
     self.place(replicated_params)
     start = time.time()
     hyps = self.decoder.translate(self.sources)
-    score, _ = bleu.sacrebleu_score(hyps, self.refs)
+    score = self.task.dev_score(self.sources, hyps, self.refs)
+    shown = [self.task.output(s, h) for s, h in zip(self.sources[:self.SAMPLES], hyps)]
     samples = "\n\n".join(f"source: {s}  \noutput: {h}  \nreference: {r}" for s, h, r in
-                           list(zip(self.sources, hyps, self.refs))[:self.SAMPLES])
-    return {"dev_bleu": round(score, 2), "dev_bleu_seconds": round(time.time() - start, 2),
-            "dev_samples": samples}
+                           zip(self.sources, shown, self.refs))
+    return {f"dev_{self.task.metric}": round(score, 2),
+            "dev_bleu_seconds": round(time.time() - start, 2), "dev_samples": samples}
 
 
 class StopRequest:

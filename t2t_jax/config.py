@@ -209,6 +209,10 @@ class DecodeConfig:
   # many over sentences' padded lengths). "auto": 2,048 on CPU, where larger batches measured
   # no faster, and 32,768 on GPU and TPU (backend.decode_batch_tokens).
   batch_tokens: int | Literal["auto"] = "auto"
+  # A parser's search extends only prefixes of well-formed trees with exactly the input's
+  # word count (parsing.TreeConstraint); false decodes freely and repairs what is not a tree
+  # by a fixed rule (parsing.repair). Translation has no constraint either way.
+  constrained: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,8 @@ def spec_languages(spec: str) -> tuple[str, str] | None:
   """The direction a spec names, read from its text alone (no folder is opened), or None."""
   if spec == "demo":
     return DEMO_SRC, DEMO_TGT
+  if spec.startswith("ptb:"):
+    return TREEBANK_SRC, TREEBANK_TGT
   tail = spec.rpartition(":")[2]
   if spec.count(":") >= 2 and "-" in tail and "/" not in tail:
     src, tgt = tail.split("-", 1)
@@ -43,14 +45,21 @@ def spec_languages(spec: str) -> tuple[str, str] | None:
   return None
 
 
+# A treebank's sentences and trees (parsing.py): English words in, linearized trees out.
+TREEBANK_SRC, TREEBANK_TGT = "en", "tree"
+
+
 def parse_spec(spec: str) -> Source:
-  """`tfds:NAME:SRC-TGT`, `hf:NAME[/CONFIG]:SRC-TGT`, `folder:PATH[:SRC-TGT]` or `demo`."""
+  """`tfds:NAME:SRC-TGT`, `hf:NAME[/CONFIG]:SRC-TGT`, `folder:PATH[:SRC-TGT]`,
+  `ptb:PATH[+EXTRA...]` or `demo`."""
   if spec == "demo":
     return Source("demo", "demo", DEMO_SRC, DEMO_TGT)
   kind, _, rest = spec.partition(":")
-  if kind not in ("tfds", "hf", "folder") or not rest:
+  if kind not in ("tfds", "hf", "folder", "ptb") or not rest:
     raise DataError(f"unknown dataset spec {spec!r}; use tfds:NAME:SRC-TGT, "
-                    f"hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT] or demo")
+                    f"hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT], ptb:PATH or demo")
+  if kind == "ptb":
+    return _treebank_source(spec, rest)
   name, pair = rest, ""
   head, sep, tail = rest.rpartition(":")
   if sep and "-" in tail and "/" not in tail:
@@ -81,6 +90,52 @@ def parse_spec(spec: str) -> Source:
       raise DataError(f"{path}: cannot tell the direction from languages {langs}; "
                       f"add it to the spec, e.g. folder:{name}:en-de")
   return Source("folder", path, src, tgt)
+
+
+def _treebank_source(spec: str, rest: str) -> Source:
+  """`ptb:PATH[+EXTRA...]`: the WSJ treebank's `.mrg` files under PATH (LDC's layout or
+  flat), then folders or files of extra training trees (a semi-supervised corpus)."""
+  from t2t_jax import parsing
+  paths = [os.path.abspath(os.path.expanduser(p)) for p in rest.split("+")]
+  for path in paths:
+    if not os.path.exists(path):
+      raise DataError(f"{spec}: not found: {path} (ptb:PATH takes a folder of wsj_NNNN.mrg "
+                      f"files, e.g. Treebank-3's parsed/mrg/wsj)")
+  if not parsing.treebank_files(paths[0]):
+    raise DataError(f"{spec}: no treebank files (wsj_NNNN.mrg) under {paths[0]}")
+  return Source("ptb", "+".join(paths), TREEBANK_SRC, TREEBANK_TGT)
+
+
+def treebank_pairs(source: Source, split: str) -> Iterator[tuple[str, str, str]]:
+  """A treebank split's (sentence, linearized tree, gold tree), file by file; the training
+  split also has every tree of the extra paths. A tree that does not parse is a one-line
+  DataError naming its file and its number."""
+  from t2t_jax import parsing
+  main, *extra = source.name.split("+")
+  try:
+    files = parsing.split_files(main, split)
+  except parsing.TreeError as e:
+    raise DataError(str(e)) from None
+  if split == "train":
+    files += [f for path in extra for f in parsing.extra_tree_files(path)]
+  try:
+    yield from parsing.iter_examples(files)
+  except parsing.TreeError as e:
+    raise DataError(str(e)) from None
+
+
+def treebank_fingerprint(source: Source, splits: list[str]) -> str:
+  """The content of a treebank's files of `splits` (and its extra trees)."""
+  from t2t_jax import parsing
+  main, *extra = source.name.split("+")
+  h = hashlib.sha256()
+  for split in splits:
+    files = parsing.split_files(main, split) + (
+        [f for path in extra for f in parsing.extra_tree_files(path)] if split == "train"
+        else [])
+    for path in files:
+      h.update(f"{split}|{os.path.basename(path)}|{file_sha256(path)}\n".encode())
+  return h.hexdigest()[:16]
 
 
 def folder_splits(source: Source) -> list[str]:

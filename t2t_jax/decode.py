@@ -95,8 +95,12 @@ def best_candidates(live_logp: jax.Array, member_logits: list[jax.Array], banned
 
 def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
                  beam_size: int, max_extra_length: int, cached: bool = True,
-                 min_length: int = 1) -> dict[str, Any]:
+                 min_length: int = 1, constraint: Any = None) -> dict[str, Any]:
   """The search state before its first step: the encoder has run, nothing is decoded.
+
+  `constraint` (hashable; e.g. `parsing.TreeConstraint`): what a hypothesis may take next
+  depends on its own tokens so far; its state per hypothesis is in "sent"["grammar"]
+  (`start`, `banned`, `advance`, `keep`). None: any token but PAD and BOS.
 
   The state holds the step counter "i" and per-sentence arrays under "sent" ([b, ...]: the
   source, the hypotheses, the caches), so that `select_sentences` can keep any subset of
@@ -130,6 +134,7 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
           "fin_seqs": jnp.zeros((b, k, positions + 1), jnp.int32),
           "fin_scores": jnp.full((b, k), NEG_INF),
           "done": inputs[:, 0] == PAD_ID,
+          **({"grammar": constraint.start(inputs, k)} if constraint is not None else {}),
           # Cached: one cache per sentence, a slot per beam, and for each live hypothesis
           # the slot that holds each of its positions (`model.DecoderLayer.step`).
           # Uncached: the encoder output, which the decoder re-reads at every step.
@@ -142,7 +147,8 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
 
 
 def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
-                 cfg: ModelConfig | Sequence[ModelConfig], alpha: float) -> dict[str, Any]:
+                 cfg: ModelConfig | Sequence[ModelConfig], alpha: float,
+                 constraint: Any = None) -> dict[str, Any]:
   """Runs the search until step `end` or until every sentence is done.
 
   A cached search may not pass the length of its self-attention caches (`grow_caches`).
@@ -183,6 +189,8 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
     banned = ((token_ids == PAD_ID) | (token_ids == BOS_ID)
               | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
               | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
+    if constraint is not None:
+      banned = banned | constraint.banned(s["grammar"], i, max_len)
     # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
     # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
     # as a finished hypothesis, and win once the greedy path's log-prob fell below it.
@@ -209,6 +217,9 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
     # A surviving hypothesis takes over its parent's history; the caches stay as they are.
     carried = {"cache": cache, "ancestry": _gather_beams(
         ancestry, _gather_beams(beam_idx, live_idx))} if cached else {}
+    if constraint is not None:
+      carried["grammar"] = constraint.keep(constraint.advance(s["grammar"], beam_idx, tokens),
+                                           live_idx)
 
     # A live hypothesis scores at best its current log-prob under the largest penalty.
     best_live = live_logp[:, 0] / length_penalty(max_len + 1.0, alpha)
@@ -248,7 +259,7 @@ def search_result(state: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
 
 def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
                 beam_size: int, alpha: float, max_extra_length: int, cached: bool = True,
-                min_length: int = 1) -> tuple[jax.Array, jax.Array]:
+                min_length: int = 1, constraint: Any = None) -> tuple[jax.Array, jax.Array]:
   """Beam search for source token ids `inputs` [b, L] (EOS-terminated, PAD-padded).
 
   Returns finished hypotheses [b, beam, T] (EOS-terminated, PAD after) and their
@@ -264,13 +275,14 @@ def beam_search(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mode
   This is the whole search as one function; `BeamDecoder` runs the same pieces from the
   host, so that it can drop the sentences that are done from the batch.
   """
-  state = search_start(params, inputs, cfg, beam_size, max_extra_length, cached, min_length)
+  state = search_start(params, inputs, cfg, beam_size, max_extra_length, cached, min_length,
+                       constraint)
   total = state["sent"]["live_seqs"].shape[-1]
   phases = cache_phases(total) if cached else [total]
   for n, size in enumerate(phases):
     if n and cached:
       state = grow_caches(state, size)
-    state = search_steps(params, state, jnp.int32(size), cfg, alpha)
+    state = search_steps(params, state, jnp.int32(size), cfg, alpha, constraint)
   return search_result(state)
 
 
@@ -329,11 +341,12 @@ class BeamDecoder:
   def __init__(self, params: Any, model_cfg: ModelConfig | Sequence[ModelConfig],
                decode_cfg: DecodeConfig,
                vocab: Any, max_input_length: int, tokens_per_batch: int | None = None,
-               num_devices: int | None = None, shrink: bool = True):
+               num_devices: int | None = None, shrink: bool = True, constraint: Any = None):
     """`tokens_per_batch`: source tokens per device in one batch (default: the backend's,
     `decode_cfg.batch_tokens`). `shrink=False` keeps each batch at its rows until its
     slowest sentence ends: slower, but the programs it runs depend only on the sources, so
-    `compile_ahead` can compile them all (the trainer's dev BLEU, run mid-training)."""
+    `compile_ahead` can compile them all (the trainer's dev BLEU, run mid-training).
+    `constraint`: the search's grammar (`search_start`), e.g. a parser's trees."""
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.shrink = shrink
     self._ahead_tokens = 0  # source tokens per device of the largest batch compiled ahead
@@ -352,10 +365,11 @@ class BeamDecoder:
     # shapes of its arguments other than the parameters.
     self._start = parallel.ShapeDispatch(pmap(functools.partial(
         search_start, cfg=cfgs, beam_size=decode_cfg.beam_size,
-        max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length)),
-        keyed=(1,))
+        max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length,
+        constraint=constraint)), keyed=(1,))
     self._steps = parallel.ShapeDispatch(pmap(functools.partial(
-        search_steps, cfg=cfgs, alpha=decode_cfg.alpha)), keyed=(1, 2))
+        search_steps, cfg=cfgs, alpha=decode_cfg.alpha, constraint=constraint)),
+        keyed=(1, 2))
     self._grow = parallel.ShapeDispatch(pmap(grow_caches, static_broadcasted_argnums=1),
                                         keyed=(0,), static=(1,))
     self._select = pmap(select_sentences)

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Iterator, Sequence
 
-from t2t_jax import bleu, input_pipeline, storage, translator
+from t2t_jax import input_pipeline, storage, tasks, translator
 from t2t_jax.config import ExperimentConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
@@ -30,7 +30,9 @@ def _target_lang(cfg: ExperimentConfig, ds: Any) -> str:
 
 def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = None,
              samples: int = 0, ds: Any = None, ensemble: Sequence[str] = ()) -> dict[str, dict]:
-  """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints both BLEUs.
+  """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints its figures: both
+  BLEUs for translation; for a parser EVALB's (COLLINS.prm), with the predicted trees in
+  <split>.trees and the gold ones in <split>.gold, ready for a user's own EVALB run.
 
   A run of `ensemble.members` models decodes with all of them. With `ensemble` (other
   workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so this run's figures stay.
@@ -42,6 +44,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
   out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
   storage.makedirs(out_dir)
   lang = _target_lang(cfg, ds)
+  task = tasks.for_config(cfg)
   results = {}
   for split in splits or evaluation_splits(cfg):
     sources, refs = ds.raw(split)
@@ -51,14 +54,19 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
           f"alpha {cfg.decode.alpha}{mbr_note}) with {label}", flush=True)
     hyps = decoder.translate(sources)
     seconds = time.time() - start
-    score, signature = bleu.sacrebleu_score(hyps, refs)
-    tok_score = bleu.tokenized_bleu(hyps, refs, lang)
+    figures = task.score(sources, hyps, refs, lang)
     storage.write_atomic(os.path.join(out_dir, f"{split}.hyp"),
                          "".join(h + "\n" for h in hyps))
-    result = {"split": split, "sacrebleu": round(score, 2), "tokenized_bleu": round(tok_score, 2),
-              "signature": signature, "checkpoint": _portable(label, workdir),
+    for name in ("trees", "gold"):  # a parser's trees, one per line
+      if f"_{name}" in figures:
+        storage.write_atomic(os.path.join(out_dir, f"{split}.{name}"),
+                             "".join(t + "\n" for t in figures.pop(f"_{name}")))
+    result = {"split": split, "task": task.name, **figures,
+              "checkpoint": _portable(label, workdir),
               "num_sentences": len(hyps),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
+              "max_extra_length": cfg.decode.max_extra_length,
+              **({"constrained": cfg.decode.constrained} if task.name == "parsing" else {}),
               "min_length": cfg.decode.min_length, **_mbr_fields(cfg),
               "decode_seconds": round(seconds, 1),
               "sentences_per_sec": round(len(hyps) / max(seconds, 1e-9), 2)}
@@ -66,8 +74,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
       result["ensemble"] = [_portable(d, workdir) for d in dirs]
     storage.write_atomic(os.path.join(out_dir, f"{split}.json"),
                          json.dumps(result, indent=2) + "\n")
-    print(f"{split}: sacreBLEU {score:.2f} ({signature})  tokenized BLEU {tok_score:.2f}  "
-          f"[{len(hyps)} sentences, {seconds:.0f}s]", flush=True)
+    print(f"{split}: {task.summary(result)}  [{len(hyps)} sentences, {seconds:.0f}s, "
+          f"{result['sentences_per_sec']} sentences/s]", flush=True)
     for src, hyp, ref in list(zip(sources, hyps, refs))[:samples]:
       print(f"  source:    {src}\n  output:    {hyp}\n  reference: {ref}")
     results[split] = result

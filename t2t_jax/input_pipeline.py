@@ -40,7 +40,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from t2t_jax import data_sources, packing, storage
+from t2t_jax import data_sources, packing, storage, tasks
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
@@ -143,6 +143,10 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> str:
     if os.path.isdir(where):  # a saved dataset: its content's identity, not its path
       where = os.path.basename(where.rstrip("/")) + "-" + _saved_dataset_fingerprint(where)
     key = f"hf-{where.replace('/', '_')}-{source.src_lang}-{source.tgt_lang}-{_splits_key(cfg)}"
+  elif source.kind == "ptb":
+    splits = list(dict.fromkeys(_splits_key(cfg).split("+")))
+    base = os.path.basename(source.name.split("+")[0].rstrip("/")) or "treebank"
+    key = f"ptb-{base}-{data_sources.treebank_fingerprint(source, splits)}"
   else:
     splits = data_sources.folder_splits(source)
     base = os.path.basename(source.name.rstrip("/")) or "folder"
@@ -233,17 +237,29 @@ def _write_text(pairs, tmp: str, split: str, keep_empty: bool) -> tuple[int, int
   """Streams a split's pairs to `<split>.src.txt` / `.tgt.txt`; (kept, dropped). Pairs with
   an empty side are dropped from training data, and kept in held-out splits (`keep_empty`),
   whose lines must stay aligned with their files: an empty source translates to an empty
-  line there."""
+  line there. A source whose pairs carry a third item, the reference a decoded output is
+  scored against when it is not the target itself (a treebank's gold tree), writes it to
+  `<split>.ref.txt` for held-out splits."""
   kept = dropped = 0
+  refs = None
   with open(os.path.join(tmp, f"{split}.src.txt"), "w", encoding="utf-8", newline="\n") as fs, \
        open(os.path.join(tmp, f"{split}.tgt.txt"), "w", encoding="utf-8", newline="\n") as ft:
-    for pair in pairs:
-      if not keep_empty and not (pair[0] and pair[1]):
-        dropped += 1
-        continue
-      fs.write(_one_line(pair[0]))
-      ft.write(_one_line(pair[1]))
-      kept += 1
+    try:
+      for pair in pairs:
+        if not keep_empty and not (pair[0] and pair[1]):
+          dropped += 1
+          continue
+        fs.write(_one_line(pair[0]))
+        ft.write(_one_line(pair[1]))
+        if len(pair) > 2 and keep_empty:
+          if refs is None:
+            refs = open(os.path.join(tmp, f"{split}.ref.txt"), "w", encoding="utf-8",
+                        newline="\n")
+          refs.write(_one_line(pair[2]))
+        kept += 1
+    finally:
+      if refs is not None:
+        refs.close()
   return kept, dropped
 
 
@@ -287,9 +303,10 @@ class _IdsFile:
     self._file.close()
 
 
-def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 50_000) -> None:
+def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 50_000,
+              target: bool = False) -> None:
   """Token ids of every line of `text_path`, chunk by chunk, to `<prefix>.ids.npy` (flat)
-  and `<prefix>.len.npy`."""
+  and `<prefix>.len.npy`; `target`: as the task tokenises targets (a tree's symbols whole)."""
   ids_file, len_file = _IdsFile(out_prefix + ".ids.npy"), _IdsFile(out_prefix + ".len.npy")
   lines = _read_lines(text_path)
   try:
@@ -297,7 +314,7 @@ def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 5
       block = list(itertools.islice(lines, chunk))
       if not block:
         break
-      ids = vocab.encode_many(block)
+      ids = vocab.encode_targets_many(block) if target else vocab.encode_many(block)
       lengths = np.fromiter(map(len, ids), np.int32, count=len(ids))
       ids_file.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32,
                                   count=int(lengths.sum())))
@@ -321,8 +338,9 @@ def _train_vocabulary(cfg: ExperimentConfig, meta: dict[str, Any], tmp: str, sta
   _log(f"training a {cfg.data.vocab_type} SentencePiece vocabulary of <= "
        f"{cfg.model.vocab_size} pieces on {sampled:,d} of the {2 * n_train:,d} training "
        f"sentences ({time.time() - start:.0f}s so far)")
+  symbols = tasks.for_config(cfg).vocabulary_symbols(_read_lines(train_text[1]))
   vocab = vocab_lib.train(sample_path, os.path.join(tmp, "spm.model"), cfg.model.vocab_size,
-                          cfg.data.vocab_type)
+                          cfg.data.vocab_type, user_symbols=symbols)
   os.remove(sample_path)
   return vocab, sampled
 
@@ -341,6 +359,8 @@ def _source_pairs(cfg: ExperimentConfig, source: Source, split: str
     return data_sources.iter_pair_files(source, split)
   if source.kind == "hf":
     return data_sources.iter_hf_pairs(source.name, split, source.src_lang, source.tgt_lang)
+  if source.kind == "ptb":
+    return data_sources.treebank_pairs(source, split)
   return data_sources.iter_tfds_pairs(source.name, split, source.src_lang, source.tgt_lang,
                                       tfds_data_dir(cfg))
 
@@ -358,9 +378,9 @@ def held_out_text(cfg: ExperimentConfig, split: str) -> tuple[list[str], list[st
   ones too, so the outputs stay aligned with the split's files."""
   source = resolve_source(cfg)
   src, tgt = [], []
-  for a, b in _source_pairs(cfg, source, split):
-    src.append(a)
-    tgt.append(b)
+  for pair in _source_pairs(cfg, source, split):
+    src.append(pair[0])
+    tgt.append(pair[-1])  # the reference: a third item where the source has one
   if not src:
     raise DataError(f"split {split!r} of {source.name} is empty")
   return src, tgt
@@ -396,6 +416,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
       vocab, sampled = vocab_lib.Vocabulary(os.path.join(tmp, "spm.model")), 0
     else:
       vocab, sampled = _train_vocabulary(cfg, meta, tmp, start)
+    vocab = tasks.for_config(cfg).vocabulary(vocab)
     if vocab.size > cfg.model.vocab_size:
       raise DataError(f"vocabulary has {vocab.size} pieces, more than model.vocab_size="
                       f"{cfg.model.vocab_size}")
@@ -406,7 +427,7 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
            f"({time.time() - start:.0f}s so far)")
       for side in ("src", "tgt"):
         text = os.path.join(tmp, f"{split}.{side}.txt")
-        _tokenise(vocab, text, os.path.join(tmp, f"{split}.{side}"))
+        _tokenise(vocab, text, os.path.join(tmp, f"{split}.{side}"), target=side == "tgt")
         if split not in (cfg.data.dev_split, cfg.data.test_split):
           # Training reads only the ids; the text was half the cache (7.4 of 15 GB at 36M
           # pairs). Held-out text stays: BLEU needs its raw references.
@@ -570,12 +591,11 @@ def load_vocab(cfg: ExperimentConfig, workdirs: list[str] = ()) -> Vocabulary:
   """The vocabulary the workdirs were trained with: their own copy, checked against its
   recorded sha256. Inference reads only the workdir: no corpus, no data cache, nothing
   prepared or written elsewhere, so a workdir copied alone to another machine translates."""
-  del cfg
   path = workdir_vocab(list(workdirs))
   if path is None:
     raise DataError(f"{', '.join(workdirs)} has no {WORKDIR_VOCAB}: train there first (the "
                     f"first training run records the vocabulary in the workdir)")
-  return Vocabulary(local_vocab(path))
+  return tasks.for_config(cfg).vocabulary(Vocabulary(local_vocab(path)))
 
 
 # ---------------------------------------------------------------------------
@@ -624,7 +644,8 @@ class Dataset:
     self.micro_batch_tokens = micro_batch_tokens(cfg, num_devices * process_count)
     self.accum_steps = accumulation_steps(cfg, num_devices * process_count,
                                           self.micro_batch_tokens)
-    self.vocab = Vocabulary(os.path.join(directory, "spm.model"))
+    self.vocab = tasks.for_config(cfg).vocabulary(Vocabulary(os.path.join(directory,
+                                                                            "spm.model")))
     with open(os.path.join(directory, "meta.json")) as f:
       self.meta = json.load(f)
     self.src_lang = self.meta["source"]["src_lang"]
@@ -875,7 +896,8 @@ class Dataset:
     if not os.path.exists(os.path.join(self.directory, f"{split}.src.txt")):
       return held_out_text(self.cfg, split)
     out = []
-    for side in ("src", "tgt"):
+    refs = "ref" if os.path.exists(os.path.join(self.directory, f"{split}.ref.txt")) else "tgt"
+    for side in ("src", refs):
       with open(os.path.join(self.directory, f"{split}.{side}.txt"), encoding="utf-8",
                 newline="\n") as f:
         out.append(f.read().split("\n")[:-1])

@@ -21,7 +21,7 @@ from t2t_jax.config import ExperimentConfig, SweepRow
 from t2t_jax.errors import check_input_file
 
 GROUP = "t2t_jax.experiments"
-BUILTIN = ("paper", "table3", "cpu_recipes", "demo")  # modules of t2t_jax.configs
+BUILTIN = ("paper", "table3", "cpu_recipes", "parsing", "demo")  # modules of t2t_jax.configs
 
 
 @functools.lru_cache(maxsize=None)

@@ -840,7 +840,8 @@ def dev_bleu(run: Run, state: TrainState, step: int, compiles: bookkeeping.Compi
   compiled = compiles.count
   found = run.dev_bleu(state.params)
   run.stats.compiles_after_warmup += compiles.count - compiled
-  print(f"step {step:>7d} | dev sacreBLEU {found['dev_bleu']:.2f} (first "
+  task = run.dev_bleu.task
+  print(f"step {step:>7d} | dev {task.metric_label} {found['dev_' + task.metric]:.2f} (first "
         f"{len(run.dev_bleu.sources)} sentences, {run.dev_bleu.search}, "
         f"{found['dev_bleu_seconds']:.1f}s)", flush=True)
   return found

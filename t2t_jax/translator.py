@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import os
 
-from t2t_jax import checkpoints, decode, input_pipeline
+from t2t_jax import checkpoints, decode, input_pipeline, tasks
 from t2t_jax.config import DecodeConfig, ExperimentConfig, ModelConfig
 from t2t_jax.errors import UserError
 
@@ -78,7 +78,9 @@ def beam_decoder(cfg: ExperimentConfig, params: Any, vocab: Any,
   """One model, or an ensemble when `model_cfgs` lists each member's config."""
   max_len = min(c.max_len for c in model_cfgs or [cfg.model])
   return decode.BeamDecoder(params, model_cfgs or cfg.model, cfg.decode, vocab,
-                            max_input_length=min(cfg.data.max_length, max_len))
+                            max_input_length=min(cfg.data.max_length, max_len),
+                            constraint=tasks.for_config(cfg).constraint(vocab)
+                            if cfg.decode.constrained else None)
 
 
 def load_decoder(cfg: ExperimentConfig, dirs: Sequence[str], vocab: Any
@@ -102,6 +104,7 @@ class Translator:
 
   def __init__(self, decoder: Any, cfg: ExperimentConfig, label: str):
     self._decoder, self.cfg, self.label = decoder, cfg, label
+    self.task = tasks.for_config(cfg)
 
   @classmethod
   def from_workdir(cls, workdir: str, *, ensemble: Sequence[str] = (),
@@ -132,10 +135,12 @@ class Translator:
     return cls(decoder, cfg, label)
 
   def translate(self, sentences: Sequence[str] | str) -> list[str] | str:
-    """One translation per sentence, in order; empty sentences give empty translations."""
+    """One translation per sentence, in order; empty sentences give empty translations. A
+    parser's are trees over each sentence's words (`tasks.ParsingTask.output`)."""
     if isinstance(sentences, str):
-      return self._decoder.translate([sentences])[0]
-    return self._decoder.translate(list(sentences))
+      return self.translate([sentences])[0]
+    hyps = self._decoder.translate(list(sentences))
+    return [self.task.output(s, h) if s.strip() else h for s, h in zip(sentences, hyps)]
 
   def translate_nbest(self, sentences: Sequence[str] | str) -> list[list[tuple[str, float]]]:
     """Per sentence, the beam's distinct translations with the scores the search ranked them
@@ -161,7 +166,7 @@ class Translator:
     (its EOS included) and per token. An empty target scores its EOS alone."""
     vocab = self._decoder.vocab
     encoded = [(self._decoder.encode([src])[0] if src.strip() else [decode.EOS_ID],
-                vocab.encode(tgt) + [decode.EOS_ID]) for src, tgt in pairs]
+                vocab.encode_target(tgt) + [decode.EOS_ID]) for src, tgt in pairs]
     limit = self._decoder.max_input_length
     long = sum(len(t) > limit for _, t in encoded)
     if long:

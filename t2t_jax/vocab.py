@@ -37,6 +37,14 @@ class Vocabulary:
     """Token ids of many texts, on every core (SentencePiece's own threads)."""
     return self._sp.encode(list(texts), num_threads=os.cpu_count() or 1)
 
+  # A target is tokenised as a source is; a task whose targets are other symbols (a tree's
+  # brackets, parsing.TreeVocabulary) says otherwise.
+  def encode_target(self, text: str) -> list[int]:
+    return self.encode(text)
+
+  def encode_targets_many(self, texts: Sequence[str]) -> list[list[int]]:
+    return self.encode_many(texts)
+
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids up to the first EOS; PAD/BOS are ignored."""
     out = []
@@ -88,7 +96,8 @@ def write_sample(text_files: Sequence[str], line_counts: Sequence[int], size: in
   return written
 
 
-def train(corpus_path: str, model_path: str, vocab_size: int, model_type: str) -> Vocabulary:
+def train(corpus_path: str, model_path: str, vocab_size: int, model_type: str,
+          user_symbols: Sequence[str] = ()) -> Vocabulary:
   """Trains a shared vocabulary on every line of `corpus_path` (a sample of both sides of
   the training split), deterministically: no sampling or shuffling inside SentencePiece.
 
@@ -104,7 +113,9 @@ def train(corpus_path: str, model_path: str, vocab_size: int, model_type: str) -
       shuffle_input_sentence=False,
       # BPE's pieces do not depend on the thread count (checked: 1, 2, 4); unigram's do.
       num_threads=(os.cpu_count() or 1) if model_type == "bpe" else 1,
-      max_sentence_length=65536, minloglevel=2)
+      max_sentence_length=65536, minloglevel=2,
+      # Pieces kept whole whatever the corpus (a parser's bracket symbols): ids 4, 5, ...
+      **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}))
   # The model records where and how it was trained (paths, thread count), which differ
   # between hosts; cleared, two hosts' models are byte-identical. Encoding never reads them.
   proto = sentencepiece_model_pb2.ModelProto()

@@ -1,0 +1,655 @@
+"""English constituency parsing as translation (paper section 6.3, Table 4).
+
+Everything parsing needs, in the order a tree travels: treebank files in (LDC's
+Treebank-3 layout or a flat folder such as NLTK's 10% sample), the preprocessing of
+the parsing literature, a tree as a sequence of labelled brackets (Vinyals & Kaiser et
+al. 2014, "Grammar as a Foreign Language": POS tags as one symbol `XX`), a decoder
+constraint that only extends prefixes of well-formed trees over the input's words, the
+sequence back to a tree, and bracket scoring as EVALB computes it with COLLINS.prm.
+
+The rest of the code knows parsing only as a `tasks.Task`; this module imports nothing
+from t2t_jax but `errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Iterable, Iterator, Sequence
+
+from t2t_jax.errors import UserError
+from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+# ---------------------------------------------------------------------------------------
+# Trees
+
+
+@dataclasses.dataclass
+class Tree:
+  """A constituent: its label and children; a preterminal has one child, its word (str)."""
+  label: str
+  children: list  # list[Tree] or [word]
+
+  @property
+  def is_preterminal(self) -> bool:
+    return len(self.children) == 1 and isinstance(self.children[0], str)
+
+  def leaves(self) -> list[tuple[str, str]]:
+    """(word, POS tag) of every word, left to right."""
+    if self.is_preterminal:
+      return [(self.children[0], self.label)]
+    return [leaf for child in self.children for leaf in child.leaves()]
+
+  def words(self) -> list[str]:
+    return [w for w, _ in self.leaves()]
+
+  def to_string(self) -> str:
+    """The treebank's bracketing on one line: `(S (NP (DT The) (NN cat)) ...)`."""
+    if self.is_preterminal:
+      return f"({self.label} {self.children[0]})"
+    return f"({self.label} " + " ".join(c.to_string() for c in self.children) + ")"
+
+
+class TreeError(UserError):
+  """A tree that does not parse: one line naming where it is."""
+
+
+_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+
+
+def read_trees(text: str, name: str) -> Iterator[Tree]:
+  """The trees of a treebank file's text (`.mrg`: one or more, each `( (S ...) )`), in order.
+  Unbalanced brackets or an empty tree raise a TreeError naming `name` and the tree."""
+  tokens = _TOKEN.findall(text)
+  i, number = 0, 0
+  while i < len(tokens):
+    number += 1
+    if tokens[i] != "(":
+      raise TreeError(f"{name}: tree {number}: expected '(' but found {tokens[i]!r}")
+    tree, i = _parse(tokens, i, name, number)
+    yield tree
+
+
+def _parse(tokens: list[str], i: int, name: str, number: int) -> tuple[Tree, int]:
+  """The tree opening at tokens[i] == '(' and the index after its ')' (iterative: WSJ trees
+  nest deeper than is comfortable for recursion on small stacks)."""
+  stack: list[Tree] = []
+  while i < len(tokens):
+    tok = tokens[i]
+    if tok == "(":
+      label = ""
+      if i + 1 < len(tokens) and tokens[i + 1] not in "()":
+        label, i = tokens[i + 1], i + 1
+      stack.append(Tree(label, []))
+    elif tok == ")":
+      if not stack:
+        raise TreeError(f"{name}: tree {number}: unbalanced brackets (a ')' closes nothing)")
+      done = stack.pop()
+      if not done.children:
+        raise TreeError(f"{name}: tree {number}: empty constituent ({done.label or 'no label'})")
+      if stack:
+        stack[-1].children.append(done)
+      else:
+        return done, i + 1
+    else:
+      if not stack:
+        raise TreeError(f"{name}: tree {number}: a word outside any bracket ({tok!r})")
+      stack[-1].children.append(tok)
+      if len(stack[-1].children) > 1 and any(isinstance(c, Tree) for c in stack[-1].children):
+        raise TreeError(f"{name}: tree {number}: word {tok!r} beside constituents")
+    i += 1
+  raise TreeError(f"{name}: tree {number}: unbalanced brackets (unclosed at end of file)")
+
+
+# Empty elements (traces, null complementisers) are preterminals with this tag.
+EMPTY_TAG = "-NONE-"
+
+
+def strip_label(label: str) -> str:
+  """`NP-SBJ-1` -> `NP`, `NP=2` -> `NP`: function tags, co-indices and gap indices go. POS
+  tags such as `-LRB-` and `-NONE-`, which begin with '-', are kept whole."""
+  if label.startswith("-"):
+    return label
+  return re.split(r"[-=]", label, maxsplit=1)[0] or label
+
+
+def preprocess(tree: Tree) -> Tree | None:
+  """As the parsing literature prepares the WSJ treebank: empty elements (`-NONE-`) removed,
+  with every constituent they leave empty; function tags and indices stripped; the
+  treebank's unlabelled outer bracket `( (S ...) )` dropped (relabelled TOP if it holds
+  more than one constituent). None when nothing but empty elements is left."""
+  cleaned = _clean(tree)
+  if cleaned is None:
+    return None
+  if cleaned.label == "":
+    cleaned = cleaned.children[0] if len(cleaned.children) == 1 else Tree("TOP",
+                                                                           cleaned.children)
+  return cleaned
+
+
+def _clean(tree: Tree) -> Tree | None:
+  if tree.is_preterminal:
+    return None if tree.label == EMPTY_TAG else Tree(tree.label, list(tree.children))
+  kids = [c for c in (_clean(child) for child in tree.children) if c is not None]
+  return Tree(strip_label(tree.label), kids) if kids else None
+
+
+# ---------------------------------------------------------------------------------------
+# A tree as a sequence of symbols, and back (Vinyals & Kaiser et al. 2014)
+
+WORD = "XX"  # every word's POS tag as one symbol
+
+
+def linearize(tree: Tree) -> list[str]:
+  """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `(S (NP XX XX )NP (VP XX )VP )S`."""
+  if tree.is_preterminal:
+    return [WORD]
+  return ["(" + tree.label] + [s for c in tree.children for s in linearize(c)] + \
+      [")" + tree.label]
+
+
+def symbol_kind(symbol: str) -> tuple[str, str]:
+  """('open'|'close'|'word'|'other', label)."""
+  if symbol == WORD:
+    return "word", ""
+  if len(symbol) > 1 and symbol[0] == "(":
+    return "open", symbol[1:]
+  if len(symbol) > 1 and symbol[0] == ")":
+    return "close", symbol[1:]
+  return "other", ""
+
+
+def is_well_formed(symbols: Sequence[str], num_words: int) -> bool:
+  """One rooted tree, brackets balanced and matching, every constituent holding a word,
+  exactly `num_words` word slots, nothing else."""
+  stack, words, roots, last = [], 0, 0, None
+  for s in symbols:
+    kind, label = symbol_kind(s)
+    if kind == "open":
+      if not stack:
+        roots += 1
+      stack.append(label)
+    elif kind == "close":
+      if not stack or stack[-1] != label or last == "open":
+        return False
+      stack.pop()
+    elif kind == "word":
+      if not stack:
+        return False
+      words += 1
+    else:
+      return False
+    last = kind
+  return not stack and roots == 1 and words == num_words
+
+
+def repair(symbols: Sequence[str], num_words: int, root: str = "S") -> list[str]:
+  """A fixed rule that makes any symbol sequence a well-formed tree over `num_words` words:
+  other symbols are dropped; a ')' that matches an open bracket closes every bracket down
+  to it, one that matches none is dropped; word slots past `num_words` are dropped, missing
+  ones are added inside the innermost open bracket (the root at the end); brackets left
+  open are closed; several roots, or words outside every bracket, are wrapped in one `root`
+  bracket; constituents without a word are removed."""
+  out, stack, words = [], [], 0
+  for s in symbols:
+    kind, label = symbol_kind(s)
+    if kind == "open":
+      out.append(s)
+      stack.append(label)
+    elif kind == "close" and label in stack:
+      while stack:
+        top = stack.pop()
+        out.append(")" + top)
+        if top == label:
+          break
+    elif kind == "word" and words < num_words:
+      out.append(s)
+      words += 1
+  out.extend([WORD] * (num_words - words))
+  out.extend(")" + label for label in reversed(stack))
+  tree = _from_symbols(out)
+  if tree is None or len(tree) != 1 or isinstance(tree[0], str):
+    out = ["(" + root] + out + [")" + root]
+  return _without_empty(out)
+
+
+def _from_symbols(symbols: Sequence[str]) -> list | None:
+  """Top-level items of a balanced sequence: nested lists for brackets, WORD for words."""
+  stack: list[list] = [[]]
+  for s in symbols:
+    kind, _ = symbol_kind(s)
+    if kind == "open":
+      stack.append([s])
+    elif kind == "close":
+      if len(stack) == 1:
+        return None
+      done = stack.pop()
+      stack[-1].append(done)
+    else:
+      stack[-1].append(WORD)
+  return stack[0] if len(stack) == 1 else None
+
+
+def _without_empty(symbols: Sequence[str]) -> list[str]:
+  """The sequence with every bracket that holds no word removed (balanced input)."""
+  out: list[str] = []
+  opened: list[tuple[int, int]] = []  # (index in out, words in out when opened)
+  words = 0
+  for s in symbols:
+    kind, _ = symbol_kind(s)
+    if kind == "open":
+      opened.append((len(out), words))
+      out.append(s)
+    elif kind == "close":
+      start, words_then = opened.pop()
+      if words == words_then:
+        del out[start:]
+      else:
+        out.append(s)
+    else:
+      out.append(s)
+      words += 1
+  return out
+
+
+def to_tree(symbols: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None
+            ) -> Tree:
+  """A well-formed symbol sequence as a tree over `words`, the i-th `XX` taking the i-th word
+  and its tag (`tags`, e.g. the gold tags; else XX)."""
+  tags = tags or [WORD] * len(words)
+  stack: list[Tree] = [Tree("", [])]
+  index = 0
+  for s in symbols:
+    kind, label = symbol_kind(s)
+    if kind == "open":
+      stack.append(Tree(label, []))
+    elif kind == "close":
+      done = stack.pop()
+      stack[-1].children.append(done)
+    elif kind == "word":
+      stack[-1].children.append(Tree(tags[index], [words[index]]))
+      index += 1
+  return stack[0].children[0]
+
+
+def with_top(tree: Tree) -> str:
+  """The tree as one line under a TOP bracket, which EVALB's COLLINS.prm ignores: what
+  `--mode=eval` writes for a user's own EVALB run."""
+  return Tree("TOP", [tree]).to_string()
+
+
+# ---------------------------------------------------------------------------------------
+# Treebank folders and their splits
+
+# LDC's WSJ split (sections), as the paper and the parsing literature use it.
+SECTION_SPLITS = {"train": range(2, 22), "dev": range(22, 23), "test": range(23, 24)}
+# The split of NLTK's 10% sample (wsj_0001-0199, sections 00-01) by file, keeping articles
+# whole: ../shared/data/ptb_wsj_sample/README.md (train 3,396 trees, dev 273, test 245).
+SAMPLE_SPLITS = {"train": range(1, 160), "dev": range(160, 180), "test": range(180, 200)}
+_WSJ_FILE = re.compile(r"wsj_(\d{4})\.mrg$")
+
+
+def treebank_files(path: str) -> list[tuple[int, str]]:
+  """(file number, path) of every `wsj_NNNN.mrg` under `path` (LDC's `parsed/mrg/wsj/SS/`
+  folders, or flat), sorted by number."""
+  found = []
+  for root, dirs, files in os.walk(path):
+    dirs.sort()
+    for name in files:
+      m = _WSJ_FILE.search(name)
+      if m:
+        found.append((int(m.group(1)), os.path.join(root, name)))
+  return sorted(found)
+
+
+def split_ranges(files: Sequence[tuple[int, str]]) -> tuple[str, dict[str, range]]:
+  """LDC's sections 02-21 / 22 / 23 when the files reach past section 01, else the sample's
+  file ranges; (which, {split: file numbers or sections})."""
+  if any(number // 100 >= 2 for number, _ in files):
+    return "sections", SECTION_SPLITS
+  return "sample", SAMPLE_SPLITS
+
+
+def split_files(path: str, split: str) -> list[str]:
+  files = treebank_files(path)
+  if not files:
+    raise TreeError(f"no treebank files (wsj_NNNN.mrg) under {path}")
+  which, ranges = split_ranges(files)
+  if split not in ranges:
+    raise TreeError(f"a treebank has the splits {', '.join(ranges)}, not {split!r}")
+  key = (lambda n: n // 100) if which == "sections" else (lambda n: n)
+  return [p for n, p in files if key(n) in ranges[split]]
+
+
+def extra_tree_files(path: str) -> list[str]:
+  """Every file of trees under `path` (extra training trees, e.g. a semi-supervised corpus):
+  `.mrg` files, or any file with one bracketed tree per line."""
+  if os.path.isfile(path):
+    return [path]
+  out = []
+  for root, dirs, files in os.walk(path):
+    dirs.sort()
+    out += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")
+            and not f.lower().endswith((".md", ".txt.md", ".json"))]
+  return out
+
+
+def iter_file_trees(path: str) -> Iterator[Tree]:
+  """The preprocessed trees of one file, streamed file by file (memory: one file)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except UnicodeDecodeError as e:
+    raise TreeError(f"{path}: invalid UTF-8 ({e.reason})") from None
+  for tree in read_trees(text, path):
+    cleaned = preprocess(tree)
+    if cleaned is not None:
+      yield cleaned
+
+
+def iter_examples(paths: Sequence[str]) -> Iterator[tuple[str, str, str]]:
+  """(sentence, target symbols, gold tree) for every tree of `paths`: the sentence is the
+  tree's words, the target its linearization, the gold tree its one-line bracketing."""
+  for path in paths:
+    for tree in iter_file_trees(path):
+      yield " ".join(tree.words()), " ".join(linearize(tree)), tree.to_string()
+
+
+# ---------------------------------------------------------------------------------------
+# Bracket scoring as EVALB computes it with COLLINS.prm (Sekine & Collins 1997)
+
+# COLLINS.prm: preterminals with these tags are deleted with their words; brackets with these
+# labels are not counted (TOP: the outer bracket).
+DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
+DELETE_FOR_LENGTH = frozenset({"-NONE-"})  # not counted in a sentence's length
+EQUAL_LABELS = {"PRT": "ADVP"}              # EQ_LABEL ADVP PRT
+CUTOFF_LEN = 40                             # the "len<=40" figures
+
+
+@dataclasses.dataclass
+class _Read:
+  words: list[tuple[str, str]]               # (word, tag) kept after deletion
+  brackets: list[tuple[int, int, str]]       # (start, end, label) as EVALB stores them
+  length: int                                # words not in DELETE_FOR_LENGTH
+
+
+def _evalb_read(line: str) -> _Read:
+  """One tree line as EVALB's read_line reads it: terminals with delete labels vanish (the
+  word positions close up), every other bracket spans [first word, last word + 1)."""
+  tokens = _TOKEN.findall(line)
+  words: list[tuple[str, str]] = []
+  brackets: list[list] = []
+  stack: list[int] = []
+  length, i = 0, 0
+  while i < len(tokens):
+    tok = tokens[i]
+    if tok == "(":
+      label = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1] not in "()" else ""
+      j = i + 1 + (label != "")
+      if label and j + 1 < len(tokens) and tokens[j] not in "()" and tokens[j + 1] == ")":
+        word = tokens[j]  # a terminal: (TAG word)
+        if label not in DELETE_FOR_LENGTH:
+          length += 1
+        if label not in DELETE_LABELS:
+          words.append((word, label))
+        i = j + 2
+        continue
+      brackets.append([len(words), -1, label])
+      stack.append(len(brackets) - 1)
+      i = j
+      continue
+    if tok == ")":
+      if not stack:
+        raise TreeError("unbalanced brackets (too many close brackets)")
+      brackets[stack.pop()][1] = len(words)
+    else:
+      raise TreeError(f"a word outside a terminal bracket: {tok!r}")
+    i += 1
+  if stack:
+    raise TreeError("unbalanced brackets (too many open brackets)")
+  return _Read(words, [tuple(b) for b in brackets], length)
+
+
+def _evalb_label(label: str) -> str:
+  """EVALB's modify_label (cut at the first '-' or '='), then EQ_LABEL."""
+  label = re.split(r"[-=]", label, maxsplit=1)[0]
+  return EQUAL_LABELS.get(label, label)
+
+
+def _counted(brackets: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+  """Brackets EVALB counts: not zero-width, label not deleted (after modify_label)."""
+  out = []
+  for start, end, label in brackets:
+    if start == end:
+      continue
+    cut = re.split(r"[-=]", label, maxsplit=1)[0]
+    if cut in DELETE_LABELS:
+      continue
+    out.append((start, end, _evalb_label(label)))
+  return out
+
+
+@dataclasses.dataclass
+class SentenceScore:
+  status: int         # 0 counted, 1 error (length or words differ, unreadable), 2 skipped
+  length: int         # gold words without empty elements, punctuation included
+  gold: int = 0
+  test: int = 0
+  matched: int = 0
+  crossing: int = 0
+  words: int = 0
+  correct_tags: int = 0
+  error: str = ""
+
+
+def score_sentence(gold_line: str, test_line: str) -> SentenceScore:
+  """One sentence as EVALB scores it."""
+  gold = _evalb_read(gold_line)
+  try:
+    test = _evalb_read(test_line) if test_line.strip() else _Read([], [], 0)
+  except TreeError as e:
+    return SentenceScore(1, gold.length, error=str(e))
+  if not test.words:
+    return SentenceScore(2, gold.length, error="empty test tree")
+  if len(gold.words) != len(test.words):
+    return SentenceScore(1, gold.length, error=f"length unmatch ({len(gold.words)}|"
+                                               f"{len(test.words)})")
+  for (gw, _), (tw, _) in zip(gold.words, test.words):
+    if gw != tw:
+      return SentenceScore(1, gold.length, error=f"words unmatch ({gw}|{tw})")
+  g, t = _counted(gold.brackets), _counted(test.brackets)
+  remaining = list(t)
+  matched = 0
+  for bracket in g:  # each gold bracket takes one equal test bracket, as a multiset
+    if bracket in remaining:
+      remaining.remove(bracket)
+      matched += 1
+  crossing = sum(1 for (ts, te, _) in t if any(
+      (gs < ts < ge < te) or (ts < gs < te < ge) for gs, ge, _ in g))
+  tags = sum(gt == tt for (_, gt), (_, tt) in zip(gold.words, test.words))
+  return SentenceScore(0, gold.length, len(g), len(t), matched, crossing, len(gold.words),
+                       tags)
+
+
+def _summary(scores: Sequence[SentenceScore]) -> dict[str, Any]:
+  valid = [s for s in scores if s.status == 0]
+  gold, test = sum(s.gold for s in valid), sum(s.test for s in valid)
+  matched = sum(s.matched for s in valid)
+  recall = 100.0 * matched / gold if gold else 0.0
+  precision = 100.0 * matched / test if test else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  words = sum(s.words for s in valid)
+  n = len(valid)
+  return {"sentences": len(scores), "error_sentences": sum(s.status == 1 for s in scores),
+          "skipped_sentences": sum(s.status == 2 for s in scores), "valid_sentences": n,
+          "recall": round(recall, 2), "precision": round(precision, 2), "f1": round(f1, 2),
+          "f1_unrounded": f1,
+          "complete_match": round(100.0 * sum(s.gold == s.test == s.matched for s in valid)
+                                  / n, 2) if n else 0.0,
+          "average_crossing": round(sum(s.crossing for s in valid) / n, 2) if n else 0.0,
+          "tagging_accuracy": round(100.0 * sum(s.correct_tags for s in valid) / words, 2)
+          if words else 0.0}
+
+
+def evalb(gold_lines: Sequence[str], test_lines: Sequence[str]) -> dict[str, Any]:
+  """EVALB's summary with COLLINS.prm: labelled bracket recall, precision, F1 (its
+  FMeasure), complete match, crossing and tagging accuracy over the valid sentences, for
+  all sentences and for those of at most CUTOFF_LEN words ("len<=40")."""
+  if len(gold_lines) != len(test_lines):
+    raise UserError(f"EVALB needs as many test trees as gold trees ({len(test_lines)} vs "
+                    f"{len(gold_lines)})")
+  scores = [score_sentence(g, t) for g, t in zip(gold_lines, test_lines)]
+  out = _summary(scores)
+  out["len<=40"] = _summary([s for s in scores if s.length <= CUTOFF_LEN])
+  out["errors"] = [f"{n + 1}: {s.error}" for n, s in enumerate(scores) if s.status == 1][:10]
+  return out
+
+
+# ---------------------------------------------------------------------------------------
+# The decoder's grammar: only prefixes of well-formed trees over the input's words
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeConstraint:
+  """Token tables for constrained beam search (`decode.search_steps`): each hypothesis keeps
+  its stack of open labels, its depth and its words so far, and may take only
+
+    an open bracket    while it has words to place (and only as the root at the start),
+    `XX`               inside a bracket, while words remain,
+    the close bracket  of its innermost open label, not right after opening it, and
+                       the root's only once every word is placed,
+    EOS                once the root is closed,
+
+  each only if the tokens left before the length limit can still finish the tree. The
+  input's word count is its tokens that begin a word (SentencePiece's '▁'). Hashable, so
+  that it can be a static argument of the compiled search."""
+  kind: tuple[int, ...]         # per token id: 0 other, 1 open, 2 close, 3 word, 4 EOS
+  label: tuple[int, ...]        # per token id: its bracket's label index (0 for others)
+  word_start: tuple[int, ...]   # per token id: 1 when the piece begins a word
+  max_depth: int = 64
+
+  OTHER, OPEN, CLOSE, WORD, END = 0, 1, 2, 3, 4
+
+  def start(self, inputs: Any, k: int) -> dict[str, Any]:
+    import jax.numpy as jnp
+    b = inputs.shape[0]
+    starts = jnp.asarray(self.word_start, jnp.int32)
+    return {"n_words": jnp.sum(starts[inputs], axis=-1),
+            "stack": jnp.zeros((b, k, self.max_depth), jnp.int32),
+            "depth": jnp.zeros((b, k), jnp.int32), "words": jnp.zeros((b, k), jnp.int32),
+            "prev": jnp.zeros((b, k), jnp.int32)}
+
+  def banned(self, g: dict[str, Any], i: Any, max_len: Any) -> Any:
+    """[b, k, vocab]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
+    EOS)."""
+    import jax.numpy as jnp
+    kind = jnp.asarray(self.kind, jnp.int32)[None, None, :]
+    label = jnp.asarray(self.label, jnp.int32)[None, None, :]
+    depth, words, prev = g["depth"][..., None], g["words"][..., None], g["prev"][..., None]
+    n = g["n_words"][:, None, None]
+    left = (max_len[:, None, None] - i - 1)  # tokens after this one before EOS must come
+    top = jnp.take_along_axis(g["stack"], jnp.maximum(g["depth"] - 1, 0)[..., None],
+                              axis=-1)
+    # Tokens still needed after a move to (depth d, words w): a slot per word, a close per
+    # open bracket.
+    need = lambda d, w: (n - w) + d
+    open_ok = ((words < n) & (depth < self.max_depth) & ((depth > 0) | (i == 0))
+               & (need(depth + 1, words) <= left))
+    word_ok = (depth > 0) & (words < n) & (need(depth, words + 1) <= left)
+    close_ok = ((depth > 0) & (label == top) & (prev != self.OPEN)
+                & ((depth > 1) | (words == n)) & (need(depth - 1, words) <= left))
+    end_ok = (depth == 0) & (words == n) & (i > 0)
+    allowed = ((kind == self.OPEN) & open_ok) | ((kind == self.WORD) & word_ok) | \
+        ((kind == self.CLOSE) & close_ok) | ((kind == self.END) & end_ok)
+    return ~allowed
+
+  def advance(self, g: dict[str, Any], beams: Any, tokens: Any) -> dict[str, Any]:
+    """The grammar state after hypotheses `beams` [b, m] took `tokens` [b, m]."""
+    import jax.numpy as jnp
+    take = lambda x: jnp.take_along_axis(x, beams.reshape(beams.shape + (1,) * (x.ndim - 2)),
+                                         axis=1)
+    stack, depth, words = take(g["stack"]), take(g["depth"]), take(g["words"])
+    kind = jnp.asarray(self.kind, jnp.int32)[tokens]
+    label = jnp.asarray(self.label, jnp.int32)[tokens]
+    slot = jnp.clip(depth, 0, self.max_depth - 1)
+    pushed = jnp.where(jnp.arange(self.max_depth) == slot[..., None], label[..., None], stack)
+    stack = jnp.where((kind == self.OPEN)[..., None], pushed, stack)
+    depth = jnp.clip(depth + (kind == self.OPEN) - (kind == self.CLOSE), 0, self.max_depth)
+    words = words + (kind == self.WORD)
+    return {**g, "stack": stack, "depth": depth, "words": words, "prev": kind}
+
+  def keep(self, g: dict[str, Any], idx: Any) -> dict[str, Any]:
+    """The hypotheses `idx` [b, k] of [b, m] (the live ones after a step)."""
+    import jax.numpy as jnp
+    take = lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)),
+                                         axis=1)
+    return {**g, **{key: take(g[key]) for key in ("stack", "depth", "words", "prev")}}
+
+
+def constraint_for(pieces: Sequence[str], eos_id: int) -> TreeConstraint:
+  """The constraint's tables for a vocabulary given as its pieces (by id)."""
+  labels: dict[str, int] = {}
+  kind, label, start = [], [], []
+  for i, piece in enumerate(pieces):
+    k, lab = symbol_kind(piece)
+    code = {"open": 1, "close": 2, "word": 3}.get(k, 0)
+    if i == eos_id:
+      code = 4
+    kind.append(code)
+    label.append(labels.setdefault(lab, len(labels) + 1) if code in (1, 2) else 0)
+    start.append(int(piece.startswith("\u2581")))
+  return TreeConstraint(tuple(kind), tuple(label), tuple(start))
+
+
+# ---------------------------------------------------------------------------------------
+# The vocabulary as parsing uses it: words through SentencePiece, tree symbols whole
+
+
+def tree_symbols(targets: Iterable[str]) -> list[str]:
+  """Every bracket symbol of the linearized `targets`, with XX, in a fixed order: the pieces
+  a parsing vocabulary holds whole (SentencePiece's user-defined symbols)."""
+  seen: dict[str, None] = {WORD: None}
+  for line in targets:
+    for s in line.split():
+      seen.setdefault(s, None)
+  opens = sorted(s for s in seen if s.startswith("("))
+  return [WORD] + [x for label in opens for x in (label, ")" + label[1:])]
+
+
+class TreeVocabulary:
+  """A SentencePiece vocabulary whose targets are tree symbols: a target line is encoded
+  symbol by symbol (each a whole piece) and decoded as symbols separated by spaces; the
+  sentence side is SentencePiece's as in translation."""
+
+  def __init__(self, base: Any):
+    self._base = base
+    self.path = base.path
+    self._ids = {base.id_to_piece(i): i for i in range(base.size)}
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._base, name)
+
+  @property
+  def size(self) -> int:
+    return self._base.size
+
+  def encode_target(self, text: str) -> list[int]:
+    return [self._ids.get(s, UNK_ID) for s in text.split()]
+
+  def encode_targets_many(self, texts: Sequence[str]) -> list[list[int]]:
+    return [self.encode_target(t) for t in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    out = []
+    for t in ids:
+      t = int(t)
+      if t == EOS_ID:
+        break
+      if t in (PAD_ID, BOS_ID):
+        continue
+      out.append(self._base.id_to_piece(t))
+    return " ".join(out)
+
+  def pieces(self) -> list[str]:
+    return [self._base.id_to_piece(i) for i in range(self._base.size)]

@@ -1,0 +1,141 @@
+"""What differs between the paper's two tasks, asked in one place.
+
+Translation (sections 6.1-6.2) and constituency parsing (section 6.3) train, average and
+decode with the same code; they differ in where their pairs come from, how a target is
+tokenised and turned back into text, what constrains the search, and how outputs are
+scored. A `Task` answers those questions for the data pipeline, the decoder, `--mode=eval`,
+the dev score during training and the sweep's report; the task follows from the data
+source (`ptb:` specs are parsing, every other source translation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Sequence
+
+from t2t_jax import bleu, parsing
+from t2t_jax.special_tokens import EOS_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Translation: SentencePiece on both sides, unconstrained search, BLEU."""
+  name: str = "translation"
+  metric: str = "bleu"          # the dev score's key: dev_bleu
+  metric_label: str = "sacreBLEU"
+
+  def vocabulary_symbols(self, train_targets: Iterable[str]) -> list[str]:
+    """Pieces the vocabulary must hold whole (SentencePiece's user-defined symbols)."""
+    del train_targets
+    return []
+
+  def vocabulary(self, base: Any) -> Any:
+    """The vocabulary decoding and scoring use, from the SentencePiece model `base`."""
+    return base
+
+  def constraint(self, vocab: Any) -> Any:
+    """What the beam search may not extend a hypothesis with (None: nothing)."""
+    del vocab
+    return None
+
+  def output(self, source: str, hypothesis: str) -> str:
+    """The text a user reads for `hypothesis`, decoded from `source`."""
+    del source
+    return hypothesis
+
+  def score(self, sources: Sequence[str], outputs: Sequence[str], references: Sequence[str],
+            lang: str) -> dict[str, Any]:
+    """The split's figures for eval/<split>.json; `metric` among them."""
+    del sources
+    value, signature = bleu.sacrebleu_score(list(outputs), list(references))
+    return {"sacrebleu": round(value, 2), "bleu": round(value, 2),
+            "tokenized_bleu": round(bleu.tokenized_bleu(list(outputs), list(references), lang),
+                                    2), "signature": signature}
+
+  def summary(self, result: dict[str, Any]) -> str:
+    return (f"sacreBLEU {result['sacrebleu']:.2f} ({result['signature']})  tokenized BLEU "
+            f"{result['tokenized_bleu']:.2f}")
+
+  def dev_score(self, sources: Sequence[str], outputs: Sequence[str],
+                references: Sequence[str]) -> float:
+    return bleu.sacrebleu_score(list(outputs), list(references))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsingTask(Task):
+  """Parsing: words in, a tree of labelled brackets out (POS tags as one symbol), decoded
+  under the tree constraint and scored with EVALB's rules (COLLINS.prm). POS tags are not
+  predicted: the scored trees carry the gold tags (tagging accuracy 100 by construction),
+  as seq2seq parsers that emit `XX` are scored; `--mode=translate` writes `XX`."""
+  name: str = "parsing"
+  metric: str = "f1"
+  metric_label: str = "EVALB F1"
+
+  def vocabulary_symbols(self, train_targets: Iterable[str]) -> list[str]:
+    return parsing.tree_symbols(train_targets)
+
+  def vocabulary(self, base: Any) -> Any:
+    return parsing.TreeVocabulary(base)
+
+  def constraint(self, vocab: Any) -> Any:
+    return parsing.constraint_for(vocab.pieces(), EOS_ID)
+
+  def trees(self, sources: Sequence[str], outputs: Sequence[str],
+            references: Sequence[str] | None = None) -> tuple[list[str], int]:
+    """Each output as a one-line tree under TOP over its source's words (with the gold tags
+    of `references` when given); and how many outputs the fixed repair rule had to change
+    (never, under the constraint, unless the input's words and pieces disagree)."""
+    trees, repaired = [], 0
+    for n, (src, out) in enumerate(zip(sources, outputs)):
+      words = src.split()
+      if not words:
+        trees.append("")
+        continue
+      symbols = out.split()
+      if not parsing.is_well_formed(symbols, len(words)):
+        symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
+      tags = None
+      if references is not None:
+        tags = [t for _, t in next(parsing.read_trees(references[n], "reference")).leaves()]
+      trees.append(parsing.with_top(parsing.to_tree(symbols, words, tags)))
+    return trees, repaired
+
+  def output(self, source: str, hypothesis: str) -> str:
+    return self.trees([source], [hypothesis])[0][0]
+
+  def score(self, sources: Sequence[str], outputs: Sequence[str], references: Sequence[str],
+            lang: str) -> dict[str, Any]:
+    del lang
+    trees, repaired = self.trees(sources, outputs, references)
+    gold = [parsing.with_top(next(parsing.read_trees(r, "reference"))) for r in references]
+    result = parsing.evalb(gold, trees)
+    well_formed = sum(parsing.is_well_formed(o.split(), len(s.split()))
+                      for s, o in zip(sources, outputs))
+    return {"f1": result["f1"], "recall": result["recall"],
+            "precision": result["precision"], "complete_match": result["complete_match"],
+            "evalb": result, "repaired": repaired, "well_formed": well_formed,
+            "well_formed_pct": round(100.0 * well_formed / max(len(outputs), 1), 2),
+            "pos_tags": "gold tags copied into the predicted trees (not predicted)",
+            "_trees": trees, "_gold": gold}
+
+  def summary(self, result: dict[str, Any]) -> str:
+    return (f"EVALB (COLLINS.prm) F1 {result['f1']:.2f}  recall {result['recall']:.2f}  "
+            f"precision {result['precision']:.2f}  complete match "
+            f"{result['complete_match']:.2f}  [well-formed {result['well_formed']}, "
+            f"repaired {result['repaired']}]")
+
+  def dev_score(self, sources: Sequence[str], outputs: Sequence[str],
+                references: Sequence[str]) -> float:
+    return self.score(sources, outputs, references, "")["f1"]
+
+
+TRANSLATION, PARSING = Task(), ParsingTask()
+
+
+def for_dataset(spec: str) -> Task:
+  """The task a `--dataset` spec's data is for: a treebank is parsed, the rest translated."""
+  return PARSING if spec.startswith("ptb:") else TRANSLATION
+
+
+def for_config(cfg: Any) -> Task:
+  return for_dataset(cfg.data.dataset)
