@@ -190,7 +190,7 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
               | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
               | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
     if constraint is not None:
-      banned = banned | constraint.banned(s["grammar"], i, max_len)
+      banned = banned | constraint.banned(s["grammar"], i, max_len, vocab)
     # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
     # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
     # as a finished hypothesis, and win once the greedy path's log-prob fell below it.

@@ -540,12 +540,14 @@ class TreeConstraint:
             "depth": jnp.zeros((b, k), jnp.int32), "words": jnp.zeros((b, k), jnp.int32),
             "prev": jnp.zeros((b, k), jnp.int32)}
 
-  def banned(self, g: dict[str, Any], i: Any, max_len: Any) -> Any:
-    """[b, k, vocab]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
-    EOS)."""
+  def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
+    """[b, k, width]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
+    EOS). `width`: the model's output size, which may exceed the vocabulary's (ids past it
+    are banned)."""
     import jax.numpy as jnp
-    kind = jnp.asarray(self.kind, jnp.int32)[None, None, :]
-    label = jnp.asarray(self.label, jnp.int32)[None, None, :]
+    pad = max(0, (width or len(self.kind)) - len(self.kind))
+    kind = jnp.asarray(self.kind + (self.OTHER,) * pad, jnp.int32)[None, None, :]
+    label = jnp.asarray(self.label + (0,) * pad, jnp.int32)[None, None, :]
     depth, words, prev = g["depth"][..., None], g["words"][..., None], g["prev"][..., None]
     n = g["n_words"][:, None, None]
     left = (max_len[:, None, None] - i - 1)  # tokens after this one before EOS must come
@@ -570,8 +572,8 @@ class TreeConstraint:
     take = lambda x: jnp.take_along_axis(x, beams.reshape(beams.shape + (1,) * (x.ndim - 2)),
                                          axis=1)
     stack, depth, words = take(g["stack"]), take(g["depth"]), take(g["words"])
-    kind = jnp.asarray(self.kind, jnp.int32)[tokens]
-    label = jnp.asarray(self.label, jnp.int32)[tokens]
+    kind = jnp.take(jnp.asarray(self.kind, jnp.int32), tokens, mode="fill", fill_value=0)
+    label = jnp.take(jnp.asarray(self.label, jnp.int32), tokens, mode="fill", fill_value=0)
     slot = jnp.clip(depth, 0, self.max_depth - 1)
     pushed = jnp.where(jnp.arange(self.max_depth) == slot[..., None], label[..., None], stack)
     stack = jnp.where((kind == self.OPEN)[..., None], pushed, stack)

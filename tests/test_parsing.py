@@ -1,0 +1,323 @@
+"""Parsing (paper section 6.3): treebank reading and preprocessing on hand-made trees, the
+tree as a sequence and back, the decoder's tree constraint, and bracket scoring checked rule
+by rule against figures worked out by hand from EVALB's COLLINS.prm."""
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import shared_data
+from helpers import main_command
+from t2t_jax import parsing, tasks
+from t2t_jax.special_tokens import EOS_ID
+
+MRG = """
+( (S
+    (NP-SBJ-1 (NNP Mr.) (NNP Vinken) )
+    (VP (VBZ is)
+      (NP-PRD (NN chairman) )
+      (SBAR (-NONE- 0) (S (-NONE- *T*-1) )))
+    (. .) ))
+( (S (NP=2 (-LRB- -LRB-) (NN x) (-RRB- -RRB-)) (VP (VBD ran)) ))
+"""
+
+
+def tree(text):
+  return next(parsing.read_trees(text, "test"))
+
+
+# --- reading and preprocessing -----------------------------------------------------------
+
+def test_preprocessing_removes_empty_elements_and_the_constituents_they_empty():
+  first, second = [parsing.preprocess(t) for t in parsing.read_trees(MRG, "x.mrg")]
+  # The SBAR held only traces: it goes with them, and so does the S inside it.
+  assert first.to_string() == ("(S (NP (NNP Mr.) (NNP Vinken)) (VP (VBZ is) (NP (NN chairman)))"
+                               " (. .))")
+  # NP=2 -> NP; -LRB- and -RRB- stay as tags and words; the outer unlabelled bracket goes.
+  assert second.to_string() == "(S (NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-)) (VP (VBD ran)))"
+
+
+def test_labels_lose_function_tags_and_indices_but_pos_tags_beginning_with_a_dash_stay():
+  assert [parsing.strip_label(l) for l in ("NP-SBJ-1", "PP-CLR", "NP=2", "S-TPC-3", "-LRB-",
+                                           "-NONE-", "ADVP|PRT", "NP")] == \
+      ["NP", "PP", "NP", "S", "-LRB-", "-NONE-", "ADVP|PRT", "NP"]
+
+
+def test_an_outer_bracket_over_several_constituents_becomes_top():
+  t = parsing.preprocess(tree("( (NP (NN a)) (VP (VB b)) )"))
+  assert t.to_string() == "(TOP (NP (NN a)) (VP (VB b)))"
+  assert parsing.preprocess(tree("( (S (-NONE- *)) )")) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("( (S (NP (NN a)) )", "tree 1: unbalanced brackets (unclosed at end of file)"),
+    ("(S (NN a)))", "tree 2: expected '(' but found ')'"),
+    ("( (S (NP) (NN a)) )", "tree 1: empty constituent (NP)"),
+    ("( (S (NN a) b) )", "word 'b' beside constituents"),
+])
+def test_a_tree_that_does_not_parse_is_one_line_naming_the_file_and_the_tree(text, message):
+  with pytest.raises(parsing.TreeError) as e:
+    list(parsing.read_trees(text, "wsj_0042.mrg"))
+  assert str(e.value).startswith("wsj_0042.mrg: ") and message in str(e.value)
+  assert "\n" not in str(e.value)
+
+
+# --- the sequence form -------------------------------------------------------------------
+
+def test_a_tree_becomes_the_papers_bracket_sequence_and_back_over_the_inputs_words():
+  t = parsing.preprocess(tree("( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )"))
+  symbols = parsing.linearize(t)
+  assert " ".join(symbols) == "(S (NP XX XX )NP (VP XX )VP XX )S"
+  assert parsing.is_well_formed(symbols, 4)
+  back = parsing.to_tree(symbols, ["The", "cat", "sat", "."], ["DT", "NN", "VBD", "."])
+  assert back.to_string() == t.to_string()
+  assert parsing.to_tree(symbols, ["a", "b", "c", "d"]).to_string() == \
+      "(S (NP (XX a) (XX b)) (VP (XX c)) (XX d))"
+
+
+@pytest.mark.parametrize("symbols, words, ok", [
+    ("(S XX XX )S", 2, True),
+    ("(S XX XX )S", 3, False),                 # a word too few
+    ("(S XX )S (S XX )S", 2, False),           # two roots
+    ("(S (NP XX )VP )S", 1, False),            # mismatched close
+    ("(S (NP )NP XX )S", 1, False),            # an empty constituent
+    ("(S XX", 1, False),                       # unclosed
+    ("XX", 1, False),                          # a word outside every bracket
+    ("(S XX foo )S", 1, False),                # a symbol that is no bracket
+])
+def test_well_formed_means_one_rooted_balanced_tree_with_the_words_count(symbols, words, ok):
+  assert parsing.is_well_formed(symbols.split(), words) is ok
+
+
+@pytest.mark.parametrize("symbols, words, repaired", [
+    ("(S (NP XX XX )NP XX )S", 3, "(S (NP XX XX )NP XX )S"),     # already a tree: unchanged
+    ("(S (NP XX XX )VP XX )S", 3, "(S (NP XX XX XX )NP )S"),     # a stray close is dropped
+    ("(S (NP XX XX", 3, "(S (NP XX XX XX )NP )S"),               # missing words, then closes
+    ("(S XX XX XX XX )S", 2, "(S XX XX )S"),                     # extra word slots dropped
+    ("(NP XX )NP (VP XX )VP", 2, "(S (NP XX )NP (VP XX )VP )S"),  # two roots: wrapped
+    ("(S (NP )NP XX )NP )S", 1, "(S XX )S"),                     # empty NP removed
+    ("foo", 2, "(S XX XX )S"),
+])
+def test_the_repair_rule_gives_a_tree_over_exactly_the_inputs_words(symbols, words, repaired):
+  out = parsing.repair(symbols.split(), words)
+  assert " ".join(out) == repaired
+  assert parsing.is_well_formed(out, words)
+
+
+# --- the decoder's constraint -------------------------------------------------------------
+
+PIECES = ["<pad>", "</s>", "<s>", "<unk>", "XX", "(NP", ")NP", "(S", ")S", "(VP", ")VP",
+          "\u2581the", "\u2581cat", "s", "\u2581sat"]
+
+
+def _constraint():
+  return parsing.constraint_for(PIECES, EOS_ID)
+
+
+def _walk(constraint, words_ids, max_len, rng, prefix=None):
+  """A random walk through the allowed tokens (or along `prefix`, checking each is allowed)."""
+  import jax.numpy as jnp
+  inputs = jnp.array([words_ids + [EOS_ID]])
+  g = constraint.start(inputs, 1)
+  out = []
+  for i in range(max_len + 1):
+    banned = np.asarray(constraint.banned(g, jnp.int32(i), jnp.array([max_len])))[0, 0]
+    allowed = np.nonzero(~banned)[0]
+    token = prefix[i] if prefix is not None else int(rng.choice(allowed))
+    assert token in allowed, (out, PIECES[token], [PIECES[a] for a in allowed])
+    if token == EOS_ID:
+      return out
+    out.append(token)
+    g = constraint.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+  raise AssertionError("no EOS by the length limit")
+
+
+def test_the_constraint_allows_only_well_formed_trees_with_the_inputs_word_count():
+  rng = np.random.default_rng(0)
+  c = _constraint()
+  words = [11, 12, 13, 14]  # "the cat s sat": three words (pieces starting with '▁')
+  for max_len in (5, 8, 20):
+    for _ in range(30):
+      symbols = [PIECES[t] for t in _walk(c, words, max_len, rng)]
+      assert parsing.is_well_formed(symbols, 3), symbols
+      assert len(symbols) <= max_len
+
+
+def test_the_constraint_allows_every_prefix_of_a_real_tree():
+  c = _constraint()
+  ids = {p: i for i, p in enumerate(PIECES)}
+  gold = "(S (NP XX XX )NP (VP XX )VP )S".split()
+  walked = _walk(c, [11, 12, 14], len(gold), None, [ids[s] for s in gold] + [EOS_ID])
+  assert [PIECES[t] for t in walked] == gold
+
+
+def test_constrained_beam_search_of_an_untrained_model_gives_trees_over_the_words():
+  import jax
+  from t2t_jax import decode, model
+  from t2t_jax.config import ModelConfig
+  cfg = ModelConfig(vocab_size=len(PIECES), num_layers=1, d_model=16, d_ff=32, num_heads=2,
+                    d_k=8, d_v=8, dropout=0.0)
+  params = model.Transformer(cfg).init(jax.random.PRNGKey(0), np.ones((1, 4), np.int32),
+                                        np.ones((1, 4), np.int32))["params"]
+  inputs = np.array([[11, 12, 13, 14, EOS_ID, 0], [11, 14, EOS_ID, 0, 0, 0]], np.int32)
+  seqs, scores = decode.beam_search(params, inputs, cfg, beam_size=3, alpha=0.3,
+                                    max_extra_length=6, constraint=_constraint())
+  for row, words in zip(np.asarray(seqs), (3, 2)):
+    best = [PIECES[t] for t in decode.strip(row[0])]
+    assert parsing.is_well_formed(best, words), best
+
+
+# --- scoring as EVALB (COLLINS.prm) -------------------------------------------------------
+
+GOLD = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
+
+
+def test_a_perfect_parse_scores_100_and_is_a_complete_match():
+  r = parsing.evalb([GOLD], [GOLD])
+  assert (r["recall"], r["precision"], r["f1"], r["complete_match"]) == (100, 100, 100, 100)
+
+
+def test_figures_worked_out_by_hand():
+  # Gold brackets (TOP ignored, '.' deleted): S[0,6] NP[0,2] VP[2,6] PP[3,6] NP[4,6] = 5.
+  # Test: S[0,6] NP[0,2] VP[2,6] NP[3,6]-as-wrong-label... : S, NP[0,2], VP[2,6] match;
+  # (NP (IN on) ...) [3,6] has the wrong label, and the inner NP[4,6] is missing: 3 of 4.
+  test = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (NP (IN on) (DT the) (NN mat))) (. .)))"
+  r = parsing.evalb([GOLD], [test])
+  assert r["recall"] == round(100 * 3 / 5, 2) and r["precision"] == round(100 * 3 / 4, 2)
+  p, rec = 3 / 4, 3 / 5
+  assert r["f1"] == round(100 * 2 * p * rec / (p + rec), 2)
+  assert r["complete_match"] == 0
+
+
+def test_punctuation_is_deleted_by_its_tag_so_where_it_attaches_does_not_count():
+  # The '.' inside the VP instead of under S: the same brackets once it is deleted.
+  moved = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat))) (. .))))"
+  assert parsing.evalb([GOLD], [moved])["f1"] == 100
+  # A constituent holding only punctuation has no width left and is not counted.
+  extra = GOLD.replace("(. .)", "(X (. .))")
+  assert parsing.evalb([GOLD], [extra])["precision"] == 100
+
+
+def test_top_is_ignored_and_advp_equals_prt_and_function_tags_are_cut():
+  gold = "(TOP (S (NP (PRP He)) (VP (VBD gave) (PRT (RP up)))))"
+  assert parsing.evalb([gold], [gold.replace("PRT", "ADVP")])["f1"] == 100
+  assert parsing.evalb([gold], [gold.replace("(NP (PRP", "(NP-SBJ (PRP")])["f1"] == 100
+  # Without the TOP bracket the test tree has the same counted brackets.
+  assert parsing.evalb([gold], [gold[5:-1]])["f1"] == 100
+
+
+def test_crossing_brackets_are_counted_on_the_test_side():
+  gold = "(TOP (S (NP (DT a) (NN b)) (VP (VB c) (NN d))))"
+  test = "(TOP (S (DT a) (X (NN b) (VB c)) (NN d)))"  # X[1,3] crosses NP[0,2] and VP[2,4]
+  r = parsing.evalb([gold], [test])
+  assert r["average_crossing"] == 1.0  # one test bracket crosses (counted once)
+
+
+def test_length_or_word_mismatches_are_error_sentences_and_an_empty_one_is_skipped():
+  short = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
+  other_word = GOLD.replace("(NN mat)", "(NN hat)")
+  r = parsing.evalb([GOLD, GOLD, GOLD, GOLD], [GOLD, short, other_word, ""])
+  assert (r["error_sentences"], r["skipped_sentences"], r["valid_sentences"]) == (2, 1, 1)
+  assert r["f1"] == 100  # only the valid sentence counts
+
+
+def test_sentences_longer_than_40_words_are_left_out_of_the_len40_figures():
+  long = "(TOP (S " + " ".join(f"(NN w{i})" for i in range(41)) + "))"
+  bad = "(TOP (S (X " + " ".join(f"(NN w{i})" for i in range(41)) + ")))"
+  r = parsing.evalb([GOLD, long], [GOLD, bad])
+  assert r["precision"] < 100 and r["len<=40"]["precision"] == 100
+  assert r["len<=40"]["sentences"] == 1
+
+
+def test_the_parsing_task_scores_with_gold_tags_and_counts_the_repaired_outputs():
+  task = tasks.PARSING
+  source = "The cat sat on the mat ."
+  gold = GOLD[5:-1]
+  good = "(S (NP XX XX )NP (VP XX (PP XX (NP XX XX )NP )PP )VP XX )S"
+  result = task.score([source, source], [good, "(S XX XX"], [gold, gold], "")
+  assert result["repaired"] == 1 and result["well_formed"] == 1
+  assert result["evalb"]["tagging_accuracy"] == 100
+  assert result["_trees"][0] == parsing.with_top(tree(gold))
+
+
+# --- treebank folders ---------------------------------------------------------------------
+
+def _write_ldc(root, files):
+  for number, text in files.items():
+    folder = root / f"{number // 100:02d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"wsj_{number:04d}.mrg").write_text(text)
+
+
+def test_ldcs_layout_is_split_by_section_as_the_paper(tmp_path):
+  one = "( (S (NP (NN a)) (VP (VB b))) )\n"
+  _write_ldc(tmp_path, {201: one, 2199: one * 2, 2201: one * 3, 2301: one * 4, 2401: one})
+  counts = {s: len(list(parsing.iter_examples(parsing.split_files(str(tmp_path), s))))
+            for s in ("train", "dev", "test")}
+  assert counts == {"train": 3, "dev": 3, "test": 4}  # section 24 is in no split
+
+
+def test_the_shared_sample_splits_by_file_as_its_readme_says():
+  path = shared_data("ptb_wsj_sample")
+  counts = {s: len(list(parsing.iter_examples(parsing.split_files(str(path), s))))
+            for s in ("train", "dev", "test")}
+  assert counts == {"train": 3396, "dev": 273, "test": 245}
+
+
+def test_a_bad_treebank_file_is_one_line_naming_it(tmp_path):
+  _write_ldc(tmp_path, {1: "( (S (NN a)) )\n", 170: "( (S (NN a) )\n", 185: "( (S (NN b)) )"})
+  run = subprocess.run(main_command(tmp_path / "w", mode="prepare", experiment="parse_wsj_sample",
+                                    sets={"data.dataset": f"ptb:{tmp_path}"}),
+                       capture_output=True, text=True)
+  assert run.returncode == 2, run.stderr
+  last = run.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and "wsj_0170.mrg: tree 1: unbalanced" in last
+
+
+def test_a_missing_treebank_is_one_line(tmp_path):
+  run = subprocess.run(main_command(tmp_path / "w", experiment="parse_wsj",
+                                    sets={"data.dataset": f"ptb:{tmp_path}/nothing"}),
+                       capture_output=True, text=True)
+  assert run.returncode == 2
+  assert run.stderr.strip().splitlines()[-1].startswith("error: ptb:")
+
+
+def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
+  """The whole path on a hand-made treebank: training, eval's EVALB figures and tree files,
+  and --mode=translate printing one tree per line."""
+  rng = random.Random(0)
+  nouns, verbs = ["cat", "dog", "man", "bird"], ["sees", "likes", "has"]
+
+  def sentence():
+    return (f"(S (NP (DT the) (NN {rng.choice(nouns)})) (VP (VBZ {rng.choice(verbs)}) "
+            f"(NP (DT a) (NN {rng.choice(nouns)}))) (. .))")
+  files = {n: "".join(f"( {sentence()} )\n" for _ in range(30)) for n in range(1, 200, 6)}
+  _write_ldc(tmp_path / "tb", files)
+  sets = {"data.dataset": f"ptb:{tmp_path / 'tb'}", "train.steps": 40,
+          "train.max_train_minutes": 0, "train.cooldown_minutes": 0,
+          "model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.num_heads": 2,
+          "model.d_k": 16, "model.d_v": 16, "model.vocab_size": 64, "data.max_length": 32,
+          "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512,
+          "train.checkpoint_every_steps": 20, "train.eval_every_steps": 40,
+          "decode.beam_size": 3, "data.vocab_type": "word"}
+  work = tmp_path / "w"
+  run = subprocess.run(main_command(work, experiment="parse_wsj_sample", sets=sets),
+                       capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr[-3000:]
+  result = json.loads((work / "eval" / "test.json").read_text())
+  assert result["task"] == "parsing" and 0 <= result["f1"] <= 100
+  assert result["well_formed"] == result["num_sentences"] and result["repaired"] == 0
+  trees = (work / "eval" / "test.trees").read_text().splitlines()
+  gold = (work / "eval" / "test.gold").read_text().splitlines()
+  assert len(trees) == len(gold) == result["num_sentences"]
+  assert parsing.evalb(gold, trees)["f1"] == result["f1"]
+  out = subprocess.run(main_command(work, mode="translate", experiment="parse_wsj_sample",
+                                    sets=sets), input="the dog likes a bird .\n",
+                       capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-2000:]
+  line = out.stdout.strip()
+  assert line.startswith("(TOP ") and tree(line).words() == "the dog likes a bird .".split()
