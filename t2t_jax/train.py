@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 import sys
@@ -860,10 +861,29 @@ def finish(run: Run, state: TrainState, compiles: bookkeeping.CompileCounter) ->
   print(f"compilations: {compiles.count} ({run.stats.compiled_ahead} before the first step), "
         f"{compiles.seconds:.1f}s in all; {run.stats.compiles_after_warmup} in the loop "
         f"beyond what compiling ahead covered", flush=True)
+  record_cost(run, int(parallel.first(state.step)))
   if run.profiler.active:
     run.profiler.stop(state)
   with bookkeeping.checkpoint_errors(saver.ckpt, saver.step):
     saver.ckpt.wait()  # the last checkpoint is complete before evaluation, averaging or exit
+
+
+COST_FILE = "cost.json"
+
+
+def record_cost(run: Run, step: int) -> None:
+  """Table 2's cost column for this run so far: its training time x devices x the device's
+  sustained rate, beside the count from the model's shapes (t2t_jax/cost.py), printed and
+  kept in WORKDIR/cost.json for the sweep's report."""
+  from t2t_jax import cost, storage
+  t = run.cfg.train
+  found = cost.summary(run.cfg.model, step, t.tokens_per_step, t.tokens_per_step,
+                       run.clock.elapsed(), jax.device_count(), jax.devices()[0].device_kind)
+  print(cost.describe(found), flush=True)
+  if jax.process_index() == 0:
+    workdir = os.path.dirname(run.saver.ckpt.directory.rstrip("/"))
+    storage.write_atomic(storage.join(workdir, COST_FILE),
+                         json.dumps({"step": step, **found}, indent=2) + "\n")
 
 
 def run_average(cfg: ExperimentConfig, workdir: str) -> str:

@@ -134,10 +134,23 @@ def row_result(row_dir: str) -> dict[str, Any] | None:
   params = model.count_params(model.abstract_params(ModelConfig(**info["config"]["model"])))
   # How far the row still was from converging: the fall of dev PPL over its last eval interval.
   last_fall = 100 * (curve[-2] - curve[-1]) / curve[-2] if len(curve) > 1 else None
+  # A parser's row is scored by EVALB's F1 (its eval JSON has no BLEU): it fills the
+  # score columns, and the report names them so (`write_files`).
+  parser = ev.get("task") == "parsing"
+  cost_path = storage.join(row_dir, "cost.json")
+  cost = json.loads(storage.read_text(cost_path)) if storage.exists(cost_path) else {}
   return {"dev_ppl": curve[-1] if curve else None, "dev_ppl_last_fall_pct": last_fall,
-          "dev_bleu": ev["sacrebleu"], "dev_tokenized_bleu": ev["tokenized_bleu"],
+          "dev_bleu": ev["f1"] if parser else ev["sacrebleu"],
+          "dev_tokenized_bleu": ev["f1"] if parser else ev["tokenized_bleu"],
+          "metric": "f1" if parser else "bleu",
+          "train_flops_table2": cost.get("table2_flops"),
+          "train_flops_analytic": cost.get("analytic_flops"),
           "params": params, "steps": info["config"]["train"]["steps"],
           "train_minutes": round(elapsed / 60, 1) if elapsed is not None else None}
+
+
+def _first(results: list[dict[str, Any]], key: str) -> Any:
+  return results[0].get(key) if results else None
 
 
 def _mean_and_spread(values: list[float]) -> tuple[float | None, float | None]:
@@ -161,7 +174,10 @@ def aggregate(workdir: str, rows: dict[str, SweepRow], runs: list[Run]) -> list[
       mean, spread = _mean_and_spread([r[key] for r in results if r[key] is not None])
       entry[key] = round(mean, 2) if mean is not None else None
       entry[key + "_spread"] = round(spread, 2) if spread is not None else None
-    entry.update(params=results[0]["params"] if results else None,
+    entry.update(metric=results[0]["metric"] if results else None,
+                 train_flops_table2=_first(results, "train_flops_table2"),
+                 train_flops_analytic=_first(results, "train_flops_analytic"),
+                 params=results[0]["params"] if results else None,
                  params_m=round(results[0]["params"] / 1e6, 1) if results else None,
                  paper_params_m=spec.paper_params_m, paper_dev_ppl=spec.paper_dev_ppl,
                  paper_dev_bleu=spec.paper_dev_bleu,
@@ -259,12 +275,22 @@ def write_files(folder: str, sweep: str, table: list[dict], workdir: str, runs: 
       return "pending"
     spread = t.get(key + "_spread")
     return f"{t[key]} ({spread:g})" if spread is not None else str(t[key])
+  def flops(t: dict) -> str:  # Table 2's cost column, then the count from the shapes
+    if t.get("train_flops_analytic") is None:
+      return "pending"
+    table2 = t.get("train_flops_table2")
+    return (f"{table2:.2g} / " if table2 else "- / ") + f"{t['train_flops_analytic']:.2g}"
   # The paper's BLEU is tokenized (section 6.1 / T2T's script): it is compared with our
   # tokenized BLEU; sacreBLEU (detokenized) is given beside it for comparison with peers.
+  # Parsers' rows are scored by EVALB's F1 instead.
+  parsers = all(t.get("metric") == "f1" for t in table if t.get("metric"))
+  score = ("dev F1 (EVALB) | paper | vs base | dev F1 " if parsers and any(
+      t.get("metric") for t in table) else
+      "dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU ")
   lines = ["| experiment | change | as run | params (M) | paper | seeds | dev PPL | paper "
-           "| vs base | dev BLEU, tokenized | paper (tokenized) | vs base | dev sacreBLEU "
-           "| steps | last PPL fall (%) | train min |",
-           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
+           f"| vs base | {score}"
+           "| steps | last PPL fall (%) | train min | cost, FLOPs: Table 2 / shapes |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|"]
   for t in table:
     as_run = "pending" if t["as_run"] is None else t["as_run"]
     lines.append(f"| {t['experiment']} | {t['change']} | {as_run} | "
@@ -274,7 +300,7 @@ def write_files(folder: str, sweep: str, table: list[dict], workdir: str, runs: 
                  f"{fmt(t, 'dev_tokenized_bleu')} | {t['paper_dev_bleu']} | "
                  f"{t['dev_tokenized_bleu_vs_base']} | {fmt(t, 'dev_bleu')} | "
                  f"{t['steps'] or 'pending'} | {fmt(t, 'dev_ppl_last_fall_pct')} | "
-                 f"{t['train_minutes'] or 'pending'} |")
+                 f"{t['train_minutes'] or 'pending'} | {flops(t)} |")
   counts = direction_counts(table)
   lines += ["", "Figures are means over a row's seeds, with max - min in parentheses. A row "
             "is within noise when its difference from base is no larger than base's seed "
