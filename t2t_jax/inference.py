@@ -77,7 +77,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     print(f"{split}: {task.summary(result)}  [{len(hyps)} sentences, {seconds:.0f}s, "
           f"{result['sentences_per_sec']} sentences/s]", flush=True)
     for src, hyp, ref in list(zip(sources, hyps, refs))[:samples]:
-      print(f"  source:    {src}\n  output:    {hyp}\n  reference: {ref}")
+      print(f"  source:    {src}\n  output:    {task.output(src, hyp)}\n  reference: {ref}")
     results[split] = result
   return results
 

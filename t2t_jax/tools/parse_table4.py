@@ -1,0 +1,113 @@
+r"""Table 4 in miniature: a trained parser's dev (and test) F1 under the paper's decoding and
+translation's, with and without the tree constraint, beside other runs (a tuned knob), and
+EVALB's own figures where its binary is given.
+
+  python -m t2t_jax.tools.parse_table4 --workdir=runs/parse_wsj_sample \
+      [--other=dropout_0.1=runs/parse_dropout01] [--evalb=EVALB/evalb --prm=EVALB/COLLINS.prm] \
+      [--out=results/parse_wsj_sample/table4.jsonl]
+
+Each line of the output is a record: the run, the split, the decoding (beam, alpha, extra
+length, constrained), EVALB's figures by `t2t_jax.parsing.evalb`, the well-formed share of the
+raw outputs, the outputs the fixed rule repaired, sentences/s; and, with `--evalb`, the
+binary's F1 on the same trees and gold file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from absl import app, flags
+
+flags.DEFINE_string("workdir", None, "The parser's workdir (the recipe's run).")
+flags.DEFINE_multi_string("other", [], "NAME=WORKDIR: another run, decoded the paper's way on "
+                          "dev (a knob's other setting).")
+flags.DEFINE_string("evalb", "", "An EVALB binary, to score the same trees with it too.")
+flags.DEFINE_string("prm", "", "EVALB's parameter file (COLLINS.prm).")
+flags.DEFINE_string("out", "", "JSONL file of records.")
+flags.DEFINE_bool("test", True, "Also decode test, the paper's way (constrained).")
+FLAGS = flags.FLAGS
+
+# (name, beam, alpha, extra length): section 6.3's decoding, and translation's (section 6.1).
+DECODINGS = [("paper", 21, 0.3, 300), ("translation", 4, 0.6, 50)]
+
+
+def evalb_binary_f1(binary: str, prm: str, gold: list[str], test: list[str]) -> float:
+  """EVALB's "Bracketing FMeasure" (all sentences) on these trees."""
+  with tempfile.TemporaryDirectory() as tmp:
+    paths = [os.path.join(tmp, n) for n in ("gold", "test")]
+    for path, lines in zip(paths, (gold, test)):
+      with open(path, "w") as f:
+        f.write("".join(l + "\n" for l in lines))
+    out = subprocess.run([binary, "-e", "100000", "-p", prm, *paths], capture_output=True,
+                         text=True, check=True).stdout
+  return float(re.search(r"-- All --.*?Bracketing FMeasure\s*=\s*([\d.]+)", out, re.S).group(1))
+
+
+def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
+                 constrained: bool) -> tuple[dict[str, Any], list[str], list[str]]:
+  """The run's averaged parser on `split` with these settings: its figures, its trees and the
+  gold trees."""
+  from t2t_jax import checkpoints, input_pipeline, tasks, translator
+  from t2t_jax.config import override
+  cfg = checkpoints.recorded_config(workdir)
+  cfg = override(cfg, {"decode.beam_size": beam, "decode.alpha": alpha,
+                       "decode.max_extra_length": extra, "decode.constrained": constrained,
+                       "decode.mbr": False})
+  ds = input_pipeline.load(cfg, num_devices=1)
+  decoder, label = translator.load_decoder(cfg, [workdir], ds.vocab)
+  sources, refs = ds.raw(split)
+  start = time.time()
+  hyps = decoder.translate(sources)
+  seconds = time.time() - start
+  found = tasks.for_config(cfg).score(sources, hyps, refs, "")
+  trees, gold = found.pop("_trees"), found.pop("_gold")
+  found.update(split=split, checkpoint=label.replace(workdir, "WORKDIR"), beam_size=beam,
+               alpha=alpha, max_extra_length=extra, constrained=constrained,
+               num_sentences=len(hyps), decode_seconds=round(seconds, 1),
+               sentences_per_sec=round(len(hyps) / max(seconds, 1e-9), 2))
+  return found, trees, gold
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  from t2t_jax.tools import write_record
+  if not FLAGS.workdir:
+    sys.exit("error: --workdir is required")
+  runs = [("recipe", FLAGS.workdir)] + [tuple(o.split("=", 1)) for o in FLAGS.other]
+  jobs = []
+  for name, beam, alpha, extra in DECODINGS:
+    for constrained in (True, False):
+      jobs.append(("recipe", FLAGS.workdir, "dev", name, beam, alpha, extra, constrained))
+  for run, workdir in runs[1:]:
+    jobs.append((run, workdir, "dev", *DECODINGS[0], True))
+  if FLAGS.test:
+    jobs.append(("recipe", FLAGS.workdir, "test", *DECODINGS[0], True))
+  out = open(FLAGS.out, "a") if FLAGS.out else None
+  command = "python -m t2t_jax.tools.parse_table4 " + " ".join(sys.argv[1:])
+  for run, workdir, split, decoding, beam, alpha, extra, constrained in jobs:
+    found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained)
+    record = {"run": run, "decoding": decoding, **found, "command": command}
+    if FLAGS.evalb:
+      record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
+    print(f"{run} {split} {decoding} constrained={constrained}: F1 {found['f1']:.2f} "
+          f"(well-formed {found['well_formed_pct']}%, repaired {found['repaired']}, "
+          f"{found['sentences_per_sec']} sentences/s)"
+          + (f"; EVALB binary {record['evalb_binary_f1']:.2f}" if FLAGS.evalb else ""),
+          flush=True)
+    with tempfile.NamedTemporaryFile("r+") as f:
+      write_record(record, f.name)
+      line = json.dumps(json.loads(open(f.name).read()))
+    if out:
+      out.write(line + "\n")
+      out.flush()
+
+
+if __name__ == "__main__":
+  app.run(main)
