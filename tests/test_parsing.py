@@ -303,7 +303,8 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
           "model.d_k": 16, "model.d_v": 16, "model.vocab_size": 64, "data.max_length": 32,
           "train.tokens_per_step": 512, "train.max_tokens_per_batch": 512,
           "train.checkpoint_every_steps": 20, "train.eval_every_steps": 40,
-          "decode.beam_size": 3, "data.vocab_type": "word"}
+          "decode.beam_size": 3, "data.vocab_type": "word", "train.bleu_every_steps": 20,
+          "train.bleu_sentences": 20}
   work = tmp_path / "w"
   run = subprocess.run(main_command(work, experiment="parse_wsj_sample", sets=sets),
                        capture_output=True, text=True)
@@ -315,6 +316,16 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
   gold = (work / "eval" / "test.gold").read_text().splitlines()
   assert len(trees) == len(gold) == result["num_sentences"]
   assert parsing.evalb(gold, trees)["f1"] == result["f1"]
+  # The dev score during training is EVALB's F1, and the sweep's report reads F1 and the
+  # run's Table 2 cost for a parser's row.
+  logged = [json.loads(l) for l in (work / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in logged if "dev_f1" in r] == [20, 40]
+  from t2t_jax.tools import sweep
+  row = sweep.row_result(str(work))
+  dev = json.loads((work / "eval" / "dev.json").read_text())
+  assert row["metric"] == "f1" and row["dev_bleu"] == dev["f1"]
+  assert row["train_flops_analytic"] > 0 and "table2_flops" in json.loads(
+      (work / "cost.json").read_text())
   out = subprocess.run(main_command(work, mode="translate", experiment="parse_wsj_sample",
                                     sets=sets), input="the dog likes a bird .\n",
                        capture_output=True, text=True)

@@ -75,6 +75,24 @@ def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
   return found, trees, gold
 
 
+def training_record(run: str, workdir: str) -> dict[str, Any]:
+  """What a run trained: its last logged step, training minutes, median tokens/s, dropout,
+  parameters, and its Table 2 cost (WORKDIR/cost.json)."""
+  import statistics
+  from t2t_jax import checkpoints, model
+  from t2t_jax.tools import plot
+  cfg = checkpoints.recorded_config(workdir)
+  logged = [r for r in plot.read_metrics(workdir) if "tokens_per_sec" in r]
+  cost_path = os.path.join(workdir, "cost.json")
+  return {"run": run, "kind": "training", "steps": logged[-1]["step"],
+          "train_minutes": round(logged[-1]["elapsed_sec"] / 60, 1),
+          "median_tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in logged[1:]
+                                                     or logged),
+          "dropout": cfg.model.dropout, "attention_dropout": cfg.model.attention_dropout,
+          "params": model.count_params(model.abstract_params(cfg.model)),
+          "cost": json.load(open(cost_path)) if os.path.exists(cost_path) else None}
+
+
 def main(argv: list[str]) -> None:
   del argv
   from t2t_jax.tools import write_record
@@ -91,9 +109,11 @@ def main(argv: list[str]) -> None:
     jobs.append(("recipe", FLAGS.workdir, "test", *DECODINGS[0], True))
   out = open(FLAGS.out, "a") if FLAGS.out else None
   command = "python -m t2t_jax.tools.parse_table4 " + " ".join(sys.argv[1:])
+  records = [training_record(run, workdir) for run, workdir in runs]
   for run, workdir, split, decoding, beam, alpha, extra, constrained in jobs:
     found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained)
-    record = {"run": run, "decoding": decoding, **found, "command": command}
+    records.append({"run": run, "kind": "decoding", "decoding": decoding, **found})
+    record = records[-1]
     if FLAGS.evalb:
       record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
     print(f"{run} {split} {decoding} constrained={constrained}: F1 {found['f1']:.2f} "
@@ -101,12 +121,14 @@ def main(argv: list[str]) -> None:
           f"{found['sentences_per_sec']} sentences/s)"
           + (f"; EVALB binary {record['evalb_binary_f1']:.2f}" if FLAGS.evalb else ""),
           flush=True)
+  for record in records:
     with tempfile.NamedTemporaryFile("r+") as f:
-      write_record(record, f.name)
-      line = json.dumps(json.loads(open(f.name).read()))
+      write_record({**record, "command": command}, f.name)
+      line = json.dumps(json.load(open(f.name)))
     if out:
       out.write(line + "\n")
-      out.flush()
+  if out:
+    out.close()
 
 
 if __name__ == "__main__":

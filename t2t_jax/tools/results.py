@@ -414,6 +414,46 @@ def _table3(folder: str) -> str:
   return _table(header, out) + _caption(record)
 
 
+TABLE4 = "parse_wsj_sample/table4.jsonl"
+
+
+def _parse_record(**match: Any) -> dict[str, Any]:
+  return one(TABLE4, **match)
+
+
+def table_table4() -> str:
+  """README: the paper's Table 4 rows beside this code's parser on the 10% sample."""
+  test = _parse_record(run="recipe", split="test", decoding="paper", constrained=True)
+  trained = _parse_record(run="recipe", kind="training")
+  rows = [["Transformer (4 layers), WSJ only: `parse_wsj`", "WSJ 02-21 (40K trees)", "91.3",
+           "not run here (needs LDC's Treebank-3)"],
+          ["Transformer (4 layers), semi-supervised: `parse_wsj_semisup`",
+           "WSJ + 17M silver trees", "92.7", "not run here"],
+          [f"`parse_wsj_sample`: 4+4 layers, width 256, {trained['train_minutes']:g} min on "
+           f"2 CPU cores", "NLTK's 10% sample, wsj_0001-0159 (3.4K trees)", "",
+           f"F1 {test['f1']:.2f} on wsj_0180-0199 (not section 23)"]]
+  return _table(["model", "training data", "paper, WSJ 23 F1 ", "here"], rows) + \
+      f"\n{_where(test)}; [parse_wsj_sample](results/parse_wsj_sample/README.md).\n"
+
+
+def table_parse_sample() -> str:
+  """results/parse_wsj_sample: dev and test F1 by decoding, run and constraint."""
+  rows = []
+  for r in read(TABLE4):
+    if r["kind"] != "decoding":
+      continue
+    trained = _parse_record(run=r["run"], kind="training")
+    rows.append([r["run"], f"{trained['dropout']:g}", r["split"],
+                 f"{r['decoding']}: beam {r['beam_size']}, alpha {r['alpha']:g}, "
+                 f"+{r['max_extra_length']}", "yes" if r["constrained"] else "no",
+                 f"{r['f1']:.2f}", r.get("evalb_binary_f1", ""), f"{r['recall']:.2f}",
+                 f"{r['precision']:.2f}", f"{r['complete_match']:.2f}",
+                 f"{r['well_formed_pct']:g}", r["repaired"], f"{r['sentences_per_sec']:g}"])
+  return _table(["run", "dropout ", "split", "decoding", "constrained", "F1 ", "EVALB's F1 ",
+                 "recall ", "precision ", "complete match ", "well-formed % ", "repaired ",
+                 "sentences/s "], rows) + _caption(*read(TABLE4))
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "results": table_results,
     "projection": table_projection,
@@ -432,6 +472,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "trainer_overhead": table_trainer_overhead,
     "table3_converged": lambda: _table3("table3_converged"),
     "table3_mini": lambda: _table3("table3_mini"),
+    "table4": table_table4,
+    "parse_wsj_sample": table_parse_sample,
 }
 
 
