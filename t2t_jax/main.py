@@ -159,7 +159,7 @@ def run_params(cfg: ExperimentConfig) -> None:
   from t2t_jax import model
   params = model.abstract_params(cfg.model)
   total = model.count_params(params)
-  print(f"experiment: {cfg.name}")
+  print(f"experiment: {cfg.name}" + (f" ({cfg.description})" if cfg.description else ""))
   print(f"params: {total}")
   for name, count in sorted(model.param_breakdown(params).items()):
     print(f"  {name:<20s} {count:>12,d}  ({100.0 * count / total:5.1f}%)")

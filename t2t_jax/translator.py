@@ -157,7 +157,7 @@ class Translator:
       # search but one translation: each text is listed once, with its better score.
       kept: dict[str, float] = {}
       for ids, score in hyps:  # best first, so the first score of a text is its better one
-        kept.setdefault(self._decoder.vocab.decode(ids), score)
+        kept.setdefault(self.task.output(sentences[j], self._decoder.vocab.decode(ids)), score)
       out[j] = list(kept.items())
     return out
 

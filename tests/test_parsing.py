@@ -278,6 +278,19 @@ def test_a_bad_treebank_file_is_one_line_naming_it(tmp_path):
   assert last.startswith("error: ") and "wsj_0170.mrg: tree 1: unbalanced" in last
 
 
+def test_parse_wsj_has_the_parameters_the_papers_settings_imply():
+  # 16,384 x 1,024 shared embeddings; an encoder layer: 4 x 1,024^2 attention + 2 x 1,024 x
+  # 2,048 feed-forward; a decoder layer one attention more; biases and LayerNorms beside.
+  from t2t_jax import model, registry
+  d, ff = 1024, 2048
+  by_hand = 16384 * d + 4 * (4 * d * d + 2 * d * ff) + 4 * (8 * d * d + 2 * d * ff)
+  count = model.count_params(model.abstract_params(registry.get("parse_wsj").model))
+  assert by_hand == 100_663_296 and 0 < count - by_hand < 0.001 * by_hand
+  run = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=parse_wsj",
+                        "--mode=params"], capture_output=True, text=True)
+  assert "100.7M parameters" in run.stdout and f"params: {count}" in run.stdout
+
+
 def test_a_missing_treebank_is_one_line(tmp_path):
   run = subprocess.run(main_command(tmp_path / "w", experiment="parse_wsj",
                                     sets={"data.dataset": f"ptb:{tmp_path}/nothing"}),
