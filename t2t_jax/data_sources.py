@@ -95,7 +95,10 @@ def parse_spec(spec: str) -> Source:
 def _treebank_source(spec: str, rest: str) -> Source:
   """`ptb:PATH[+EXTRA...]`: the WSJ treebank's `.mrg` files under PATH (LDC's layout or
   flat), then folders or files of extra training trees (a semi-supervised corpus)."""
-  from t2t_jax import parsing
+  from t2t_jax import parsing, storage
+  if any(storage.is_remote(p) for p in rest.split("+")):
+    raise DataError(f"{spec}: a treebank is read from a local folder; copy it to this machine "
+                    f"(its WSJ trees are tens of MB)")
   paths = [os.path.abspath(os.path.expanduser(p)) for p in rest.split("+")]
   for path in paths:
     if not os.path.exists(path):
