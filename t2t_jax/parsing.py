@@ -19,7 +19,7 @@ import re
 from typing import Any, Iterable, Iterator, Sequence
 
 from t2t_jax.errors import UserError
-from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.special_tokens import UNK_ID
 
 # ---------------------------------------------------------------------------------------
 # Trees
@@ -643,15 +643,8 @@ class TreeVocabulary:
     return [self.encode_target(t) for t in texts]
 
   def decode(self, ids: Iterable[int]) -> str:
-    out = []
-    for t in ids:
-      t = int(t)
-      if t == EOS_ID:
-        break
-      if t in (PAD_ID, BOS_ID):
-        continue
-      out.append(self._base.id_to_piece(t))
-    return " ".join(out)
+    """The symbols of the ids up to the first EOS, separated by spaces."""
+    return " ".join(self._base.id_to_piece(t) for t in self._base.content_ids(ids))
 
   def pieces(self) -> list[str]:
     return [self._base.id_to_piece(i) for i in range(self._base.size)]

@@ -45,8 +45,9 @@ class Vocabulary:
   def encode_targets_many(self, texts: Sequence[str]) -> list[list[int]]:
     return self.encode_many(texts)
 
-  def decode(self, ids: Iterable[int]) -> str:
-    """Text of the ids up to the first EOS; PAD/BOS are ignored."""
+  @staticmethod
+  def content_ids(ids: Iterable[int]) -> list[int]:
+    """The ids up to the first EOS, without PAD and BOS."""
     out = []
     for t in ids:
       t = int(t)
@@ -54,7 +55,11 @@ class Vocabulary:
         break
       if t not in (PAD_ID, BOS_ID):
         out.append(t)
-    return self._sp.decode(out)
+    return out
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids up to the first EOS; PAD/BOS are ignored."""
+    return self._sp.decode(self.content_ids(ids))
 
   def id_to_piece(self, i: int) -> str:
     return self._sp.id_to_piece(int(i))
