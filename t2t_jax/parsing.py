@@ -522,8 +522,9 @@ class TreeConstraint:
     EOS                once the root is closed,
 
   each only if the tokens left before the length limit can still finish the tree. The
-  input's word count is its tokens that begin a word (SentencePiece's '▁'). Hashable, so
-  that it can be a static argument of the compiled search."""
+  input's word count is its tokens that begin a word (SentencePiece's '▁', and in a word
+  vocabulary the unknown word too). Hashable, so that it can be a static argument of the
+  compiled search."""
   kind: tuple[int, ...]         # per token id: 0 other, 1 open, 2 close, 3 word, 4 EOS
   label: tuple[int, ...]        # per token id: its bracket's label index (0 for others)
   word_start: tuple[int, ...]   # per token id: 1 when the piece begins a word
@@ -589,8 +590,10 @@ class TreeConstraint:
     return {**g, **{key: take(g[key]) for key in ("stack", "depth", "words", "prev")}}
 
 
-def constraint_for(pieces: Sequence[str], eos_id: int) -> TreeConstraint:
-  """The constraint's tables for a vocabulary given as its pieces (by id)."""
+def constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = False
+                   ) -> TreeConstraint:
+  """The constraint's tables for a vocabulary given as its pieces (by id); `unknown_is_word`:
+  the vocabulary's unknown piece stands for a whole word (SentencePiece's word model)."""
   labels: dict[str, int] = {}
   kind, label, start = [], [], []
   for i, piece in enumerate(pieces):
@@ -600,7 +603,7 @@ def constraint_for(pieces: Sequence[str], eos_id: int) -> TreeConstraint:
       code = 4
     kind.append(code)
     label.append(labels.setdefault(lab, len(labels) + 1) if code in (1, 2) else 0)
-    start.append(int(piece.startswith("\u2581")))
+    start.append(int(piece.startswith("\u2581") or (unknown_is_word and i == UNK_ID)))
   return TreeConstraint(tuple(kind), tuple(label), tuple(start))
 
 
@@ -635,6 +638,17 @@ class TreeVocabulary:
   @property
   def size(self) -> int:
     return self._base.size
+
+  def encode(self, text: str) -> list[int]:
+    """A sentence's ids, word by word: SentencePiece merges neighbouring unknown pieces, and
+    a word model's unknown words must stay one piece each for the constraint to count the
+    words (each word begins with a '▁' piece, or is a word model's one unknown piece)."""
+    return self.encode_many([text])[0]
+
+  def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+    split = [t.split() for t in texts]
+    pieces = iter(self._base.encode_many([w for words in split for w in words]))
+    return [[i for _ in words for i in next(pieces)] for words in split]
 
   def encode_target(self, text: str) -> list[int]:
     return [self._ids.get(s, UNK_ID) for s in text.split()]

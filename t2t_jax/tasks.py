@@ -78,7 +78,7 @@ class ParsingTask(Task):
     return parsing.TreeVocabulary(base)
 
   def constraint(self, vocab: Any) -> Any:
-    return parsing.constraint_for(vocab.pieces(), EOS_ID)
+    return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word")
 
   def trees(self, sources: Sequence[str], outputs: Sequence[str],
             references: Sequence[str] | None = None) -> tuple[list[str], int]:

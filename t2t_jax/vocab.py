@@ -29,6 +29,14 @@ class Vocabulary:
   def size(self) -> int:
     return self._sp.get_piece_size()
 
+  @property
+  def model_type(self) -> str:
+    """SentencePiece's model type: "bpe", "unigram", "word" or "char"."""
+    from sentencepiece import sentencepiece_model_pb2
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(self._sp.serialized_model_proto())
+    return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type).lower()
+
   def encode(self, text: str) -> list[int]:
     """Token ids without EOS."""
     return self._sp.encode(text)
