@@ -70,6 +70,10 @@ def marian_positions(length: int, d_model: int) -> np.ndarray:
 
 
 def check_exportable(cfg: ExperimentConfig) -> None:
+  from t2t_jax import tasks
+  if tasks.for_config(cfg).name != "translation":
+    raise UserError("export: a parser's targets are tree symbols encoded whole, which a "
+                    "MarianMT tokenizer would split; only translation models are exported")
   m = cfg.model
   if m.positional != "sinusoidal":
     raise UserError("export: Marian's positions are fixed sinusoids; a model with learned "

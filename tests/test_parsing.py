@@ -345,3 +345,7 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   line = out.stdout.strip()
   assert line.startswith("(TOP ") and tree(line).words() == "the dog likes a bird .".split()
+  refused = subprocess.run(main_command(work, mode="export", experiment="parse_wsj_sample",
+                                        sets=sets) + [f"--output={tmp_path / 'hf'}"],
+                           capture_output=True, text=True)
+  assert refused.returncode == 2 and "only translation models are exported" in refused.stderr

@@ -86,6 +86,10 @@ def test_readme_and_usage_commands_run_in_a_quick_form(cmd):
     r = subprocess.run([words[0], "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--quantization" in r.stdout, r.stderr[-2000:]
     return
+  if words[0].endswith("/evalb"):  # EVALB itself, the user's, on the files eval writes
+    assert words[1:3] == ["-p", "EVALB/COLLINS.prm"] and words[3].endswith("/eval/test.gold")
+    assert words[4].endswith("/eval/test.trees"), cmd
+    return
   if words[0] in ("sbatch", "bash"):
     script = next(w for w in words if w.startswith(("launch/", "results/")))
     r = subprocess.run(["bash", "-n", script], cwd=REPO, capture_output=True, text=True)
