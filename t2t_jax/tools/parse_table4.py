@@ -109,11 +109,18 @@ def main(argv: list[str]) -> None:
     jobs.append(("recipe", FLAGS.workdir, "test", *DECODINGS[0], True))
   out = open(FLAGS.out, "a") if FLAGS.out else None
   command = "python -m t2t_jax.tools.parse_table4 " + " ".join(sys.argv[1:])
-  records = [training_record(run, workdir) for run, workdir in runs]
+  def keep(record: dict[str, Any]) -> None:  # written as each comes: nothing lost on a stop
+    with tempfile.NamedTemporaryFile("r+") as f:
+      write_record({**record, "command": command}, f.name)
+      line = json.dumps(json.load(open(f.name)))
+    if out:
+      out.write(line + "\n")
+      out.flush()
+  for run, workdir in runs:
+    keep(training_record(run, workdir))
   for run, workdir, split, decoding, beam, alpha, extra, constrained in jobs:
     found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained)
-    records.append({"run": run, "kind": "decoding", "decoding": decoding, **found})
-    record = records[-1]
+    record = {"run": run, "kind": "decoding", "decoding": decoding, **found}
     if FLAGS.evalb:
       record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
     print(f"{run} {split} {decoding} constrained={constrained}: F1 {found['f1']:.2f} "
@@ -121,12 +128,7 @@ def main(argv: list[str]) -> None:
           f"{found['sentences_per_sec']} sentences/s)"
           + (f"; EVALB binary {record['evalb_binary_f1']:.2f}" if FLAGS.evalb else ""),
           flush=True)
-  for record in records:
-    with tempfile.NamedTemporaryFile("r+") as f:
-      write_record({**record, "command": command}, f.name)
-      line = json.dumps(json.load(open(f.name)))
-    if out:
-      out.write(line + "\n")
+    keep(record)
   if out:
     out.close()
 
