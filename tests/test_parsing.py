@@ -333,8 +333,12 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
   # run's Table 2 cost for a parser's row.
   logged = [json.loads(l) for l in (work / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in logged if "dev_f1" in r] == [20, 40]
-  from t2t_jax.tools import sweep
-  row = sweep.row_result(str(work))
+  # In a process of its own: the sweep tool defines absl flags that another test's import of
+  # t2t_jax.main may have defined in this one.
+  code = ("import json, sys; from t2t_jax.tools import sweep; "
+          "print(json.dumps(sweep.row_result(sys.argv[1])))")
+  row = json.loads(subprocess.run([sys.executable, "-c", code, str(work)], capture_output=True,
+                                  text=True, check=True).stdout.strip().splitlines()[-1])
   dev = json.loads((work / "eval" / "dev.json").read_text())
   assert row["metric"] == "f1" and row["dev_bleu"] == dev["f1"]
   assert row["train_flops_analytic"] > 0 and "table2_flops" in json.loads(
