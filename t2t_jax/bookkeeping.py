@@ -414,8 +414,7 @@ class DevBleu:
     self.decoder = decode.BeamDecoder(params, cfg.model, decode_cfg, ds.vocab,
                                       max_input_length=min(cfg.data.max_length,
                                                            cfg.model.max_len), shrink=shrink,
-                                      constraint=self.task.constraint(ds.vocab)
-                                      if cfg.decode.constrained else None)
+                                      constraint=self.task.search_constraint(cfg, ds.vocab))
     self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
 
   def place(self, replicated_params: Any) -> None:

@@ -411,22 +411,15 @@ def _evalb_read(line: str) -> _Read:
   return _Read(words, [tuple(b) for b in brackets], length)
 
 
-def _evalb_label(label: str) -> str:
-  """EVALB's modify_label (cut at the first '-' or '='), then EQ_LABEL."""
-  label = re.split(r"[-=]", label, maxsplit=1)[0]
-  return EQUAL_LABELS.get(label, label)
-
-
 def _counted(brackets: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-  """Brackets EVALB counts: not zero-width, label not deleted (after modify_label)."""
+  """Brackets EVALB counts, their labels as it compares them: not zero-width, the label cut
+  at its first '-' or '=' (modify_label) and not deleted, then EQ_LABEL's equal labels as
+  one."""
   out = []
   for start, end, label in brackets:
-    if start == end:
-      continue
     cut = re.split(r"[-=]", label, maxsplit=1)[0]
-    if cut in DELETE_LABELS:
-      continue
-    out.append((start, end, _evalb_label(label)))
+    if start != end and cut not in DELETE_LABELS:
+      out.append((start, end, EQUAL_LABELS.get(cut, cut)))
   return out
 
 

@@ -38,6 +38,11 @@ class Task:
     del vocab
     return None
 
+  def search_constraint(self, cfg: Any, vocab: Any) -> Any:
+    """The constraint a decoder of `cfg` searches under: the task's, unless
+    `decode.constrained` is off."""
+    return self.constraint(vocab) if cfg.decode.constrained else None
+
   def output(self, source: str, hypothesis: str) -> str:
     """The text a user reads for `hypothesis`, decoded from `source`."""
     del source
@@ -81,9 +86,9 @@ class ParsingTask(Task):
     return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word")
 
   def trees(self, sources: Sequence[str], outputs: Sequence[str],
-            references: Sequence[str] | None = None) -> tuple[list[str], int]:
-    """Each output as a one-line tree under TOP over its source's words (with the gold tags
-    of `references` when given); and how many outputs the fixed repair rule had to change
+            gold: Sequence[parsing.Tree] | None = None) -> tuple[list[str], int]:
+    """Each output as a one-line tree under TOP over its source's words (with the tags of the
+    `gold` trees when given); and how many outputs the fixed repair rule had to change
     (never, under the constraint, unless the input's words and pieces disagree)."""
     trees, repaired = [], 0
     for n, (src, out) in enumerate(zip(sources, outputs)):
@@ -94,9 +99,7 @@ class ParsingTask(Task):
       symbols = out.split()
       if not parsing.is_well_formed(symbols, len(words)):
         symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
-      tags = None
-      if references is not None:
-        tags = [t for _, t in next(parsing.read_trees(references[n], "reference")).leaves()]
+      tags = [t for _, t in gold[n].leaves()] if gold is not None else None
       trees.append(parsing.with_top(parsing.to_tree(symbols, words, tags)))
     return trees, repaired
 
@@ -106,11 +109,12 @@ class ParsingTask(Task):
   def score(self, sources: Sequence[str], outputs: Sequence[str], references: Sequence[str],
             lang: str) -> dict[str, Any]:
     del lang
-    trees, repaired = self.trees(sources, outputs, references)
-    gold = [parsing.with_top(next(parsing.read_trees(r, "reference"))) for r in references]
+    gold_trees = [next(parsing.read_trees(r, "reference")) for r in references]
+    trees, repaired = self.trees(sources, outputs, gold_trees)
+    gold = [parsing.with_top(t) for t in gold_trees]
     result = parsing.evalb(gold, trees)
-    well_formed = sum(parsing.is_well_formed(o.split(), len(s.split()))
-                      for s, o in zip(sources, outputs))
+    # An empty sentence has no tree; every other output was one unless it was repaired.
+    well_formed = sum(1 for s in sources if s.split()) - repaired
     return {"f1": result["f1"], "recall": result["recall"],
             "precision": result["precision"], "complete_match": result["complete_match"],
             "evalb": result, "repaired": repaired, "well_formed": well_formed,

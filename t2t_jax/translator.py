@@ -79,8 +79,7 @@ def beam_decoder(cfg: ExperimentConfig, params: Any, vocab: Any,
   max_len = min(c.max_len for c in model_cfgs or [cfg.model])
   return decode.BeamDecoder(params, model_cfgs or cfg.model, cfg.decode, vocab,
                             max_input_length=min(cfg.data.max_length, max_len),
-                            constraint=tasks.for_config(cfg).constraint(vocab)
-                            if cfg.decode.constrained else None)
+                            constraint=tasks.for_config(cfg).search_constraint(cfg, vocab))
 
 
 def load_decoder(cfg: ExperimentConfig, dirs: Sequence[str], vocab: Any
