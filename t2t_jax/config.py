@@ -109,6 +109,11 @@ class DataConfig:
   # vocabulary of the run it starts from.
   vocab_from: str = ""
   shuffle_buffer: int = 0      # 0 = full shuffle of each epoch
+  # A parser's (`ptb:` data) target symbols for the words: "xx", the paper's (Vinyals &
+  # Kaiser et al. 2014: every POS tag as the one symbol XX); "words", each word itself, which
+  # the constrained decoder may only copy from the input, next word first (the decoder then
+  # sees where in the sentence it is instead of counting its XXs).
+  tree_target: Literal["xx", "words"] = "xx"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -109,8 +109,10 @@ def _treebank_source(spec: str, rest: str) -> Source:
   return Source("ptb", "+".join(paths), TREEBANK_SRC, TREEBANK_TGT)
 
 
-def treebank_pairs(source: Source, split: str) -> Iterator[tuple[str, str, str]]:
-  """A treebank split's (sentence, linearized tree, gold tree), file by file; the training
+def treebank_pairs(source: Source, split: str, words: bool = False
+                   ) -> Iterator[tuple[str, str, str]]:
+  """A treebank split's (sentence, linearized tree (`words`: with its words), gold tree),
+  file by file; the training
   split also has every tree of the extra paths. A tree that does not parse is a one-line
   DataError naming its file and its number."""
   from t2t_jax import parsing
@@ -122,7 +124,7 @@ def treebank_pairs(source: Source, split: str) -> Iterator[tuple[str, str, str]]
   if split == "train":
     files += [f for path in extra for f in parsing.extra_tree_files(path)]
   try:
-    yield from parsing.iter_examples(files)
+    yield from parsing.iter_examples(files, words)
   except parsing.TreeError as e:
     raise DataError(str(e)) from None
 

@@ -147,6 +147,8 @@ def _prepared_dir(cfg: ExperimentConfig, source: Source) -> str:
     splits = list(dict.fromkeys(_splits_key(cfg).split("+")))
     base = os.path.basename(source.name.split("+")[0].rstrip("/")) or "treebank"
     key = f"ptb-{base}-{data_sources.treebank_fingerprint(source, splits)}"
+    if cfg.data.tree_target != "xx":
+      key += f"-{cfg.data.tree_target}"
   else:
     splits = data_sources.folder_splits(source)
     base = os.path.basename(source.name.rstrip("/")) or "folder"
@@ -360,7 +362,7 @@ def _source_pairs(cfg: ExperimentConfig, source: Source, split: str
   if source.kind == "hf":
     return data_sources.iter_hf_pairs(source.name, split, source.src_lang, source.tgt_lang)
   if source.kind == "ptb":
-    return data_sources.treebank_pairs(source, split)
+    return data_sources.treebank_pairs(source, split, cfg.data.tree_target == "words")
   return data_sources.iter_tfds_pairs(source.name, split, source.src_lang, source.tgt_lang,
                                       tfds_data_dir(cfg))
 

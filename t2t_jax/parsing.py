@@ -19,7 +19,7 @@ import re
 from typing import Any, Iterable, Iterator, Sequence
 
 from t2t_jax.errors import UserError
-from t2t_jax.special_tokens import UNK_ID
+from t2t_jax.special_tokens import EOS_ID, PAD_ID, UNK_ID
 
 # ---------------------------------------------------------------------------------------
 # Trees
@@ -141,12 +141,17 @@ def _clean(tree: Tree) -> Tree | None:
 WORD = "XX"  # every word's POS tag as one symbol
 
 
-def linearize(tree: Tree) -> list[str]:
-  """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `(S (NP XX XX )NP (VP XX )VP )S`."""
+def linearize(tree: Tree, words: bool = False) -> list[str]:
+  """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `(S (NP XX XX )NP (VP XX )VP )S`, or
+  with `words`, `(S (NP The cat )NP (VP sat )VP )S`."""
   if tree.is_preterminal:
-    return [WORD]
-  return ["(" + tree.label] + [s for c in tree.children for s in linearize(c)] + \
+    return [tree.children[0] if words else WORD]
+  return ["(" + tree.label] + [s for c in tree.children for s in linearize(c, words)] + \
       [")" + tree.label]
+
+
+def is_bracket(symbol: str) -> bool:
+  return symbol_kind(symbol)[0] in ("open", "close")
 
 
 def symbol_kind(symbol: str) -> tuple[str, str]:
@@ -348,12 +353,14 @@ def iter_file_trees(path: str) -> Iterator[Tree]:
       yield cleaned
 
 
-def iter_examples(paths: Sequence[str]) -> Iterator[tuple[str, str, str]]:
+def iter_examples(paths: Sequence[str], words: bool = False
+                  ) -> Iterator[tuple[str, str, str]]:
   """(sentence, target symbols, gold tree) for every tree of `paths`: the sentence is the
-  tree's words, the target its linearization, the gold tree its one-line bracketing."""
+  tree's words, the target its linearization (`words`: with the words, not XX), the gold
+  tree its one-line bracketing."""
   for path in paths:
     for tree in iter_file_trees(path):
-      yield " ".join(tree.words()), " ".join(linearize(tree)), tree.to_string()
+      yield " ".join(tree.words()), " ".join(linearize(tree, words)), tree.to_string()
 
 
 # ---------------------------------------------------------------------------------------
@@ -516,12 +523,14 @@ class TreeConstraint:
 
   each only if the tokens left before the length limit can still finish the tree. The
   input's word count is its tokens that begin a word (SentencePiece's '▁', and in a word
-  vocabulary the unknown word too). Hashable, so that it can be a static argument of the
-  compiled search."""
+  vocabulary the unknown word too). With `copy` (a "words" target) a word slot is the
+  input's next piece itself instead of `XX`, and brackets come only between words. Hashable,
+  so that it can be a static argument of the compiled search."""
   kind: tuple[int, ...]         # per token id: 0 other, 1 open, 2 close, 3 word, 4 EOS
   label: tuple[int, ...]        # per token id: its bracket's label index (0 for others)
   word_start: tuple[int, ...]   # per token id: 1 when the piece begins a word
   max_depth: int = 64
+  copy: bool = False
 
   OTHER, OPEN, CLOSE, WORD, END = 0, 1, 2, 3, 4
 
@@ -529,7 +538,10 @@ class TreeConstraint:
     import jax.numpy as jnp
     b = inputs.shape[0]
     starts = jnp.asarray(self.word_start, jnp.int32)
-    return {"n_words": jnp.sum(starts[inputs], axis=-1),
+    # Slots to fill: words, or with `copy` the input's pieces (EOS and padding are none).
+    pieces = (inputs != EOS_ID) & (inputs != PAD_ID)
+    n = jnp.sum(pieces, axis=-1) if self.copy else jnp.sum(starts[inputs], axis=-1)
+    return {"n_words": n, "src": inputs,
             "stack": jnp.zeros((b, k, self.max_depth), jnp.int32),
             "depth": jnp.zeros((b, k), jnp.int32), "words": jnp.zeros((b, k), jnp.int32),
             "prev": jnp.zeros((b, k), jnp.int32)}
@@ -550,13 +562,25 @@ class TreeConstraint:
     # Tokens still needed after a move to (depth d, words w): a slot per word, a close per
     # open bracket.
     need = lambda d, w: (n - w) + d
-    open_ok = ((words < n) & (depth < self.max_depth) & ((depth > 0) | (i == 0))
+    # With `copy`: the input's next piece, and whether a word ends before it (brackets go
+    # only between words).
+    src = g["src"]
+    if self.copy:
+      nxt = jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1),
+                                axis=1)[..., None]
+      starts = jnp.asarray(self.word_start, jnp.int32)
+      between = (words >= n) | (starts[nxt] == 1)
+    else:
+      between = True
+    open_ok = ((words < n) & between & (depth < self.max_depth) & ((depth > 0) | (i == 0))
                & (need(depth + 1, words) <= left))
     word_ok = (depth > 0) & (words < n) & (need(depth, words + 1) <= left)
-    close_ok = ((depth > 0) & (label == top) & (prev != self.OPEN)
+    close_ok = ((depth > 0) & between & (label == top) & (prev != self.OPEN)
                 & ((depth > 1) | (words == n)) & (need(depth - 1, words) <= left))
     end_ok = (depth == 0) & (words == n) & (i > 0)
-    allowed = ((kind == self.OPEN) & open_ok) | ((kind == self.WORD) & word_ok) | \
+    slot = (jnp.arange(kind.shape[-1])[None, None, :] == nxt) if self.copy else \
+        (kind == self.WORD)
+    allowed = ((kind == self.OPEN) & open_ok) | (slot & word_ok) | \
         ((kind == self.CLOSE) & close_ok) | ((kind == self.END) & end_ok)
     return ~allowed
 
@@ -572,7 +596,8 @@ class TreeConstraint:
     pushed = jnp.where(jnp.arange(self.max_depth) == slot[..., None], label[..., None], stack)
     stack = jnp.where((kind == self.OPEN)[..., None], pushed, stack)
     depth = jnp.clip(depth + (kind == self.OPEN) - (kind == self.CLOSE), 0, self.max_depth)
-    words = words + (kind == self.WORD)
+    # Under `copy` a piece that is no bracket or EOS can only have been the next input piece.
+    words = words + ((kind == self.OTHER) if self.copy else (kind == self.WORD))
     return {**g, "stack": stack, "depth": depth, "words": words, "prev": kind}
 
   def keep(self, g: dict[str, Any], idx: Any) -> dict[str, Any]:
@@ -583,10 +608,11 @@ class TreeConstraint:
     return {**g, **{key: take(g[key]) for key in ("stack", "depth", "words", "prev")}}
 
 
-def constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = False
-                   ) -> TreeConstraint:
+def constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = False,
+                   copy: bool = False) -> TreeConstraint:
   """The constraint's tables for a vocabulary given as its pieces (by id); `unknown_is_word`:
-  the vocabulary's unknown piece stands for a whole word (SentencePiece's word model)."""
+  the vocabulary's unknown piece stands for a whole word (SentencePiece's word model);
+  `copy`: word slots copy the input's pieces ("words" targets)."""
   labels: dict[str, int] = {}
   kind, label, start = [], [], []
   for i, piece in enumerate(pieces):
@@ -597,7 +623,7 @@ def constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = F
     kind.append(code)
     label.append(labels.setdefault(lab, len(labels) + 1) if code in (1, 2) else 0)
     start.append(int(piece.startswith("\u2581") or (unknown_is_word and i == UNK_ID)))
-  return TreeConstraint(tuple(kind), tuple(label), tuple(start))
+  return TreeConstraint(tuple(kind), tuple(label), tuple(start), copy=copy)
 
 
 # ---------------------------------------------------------------------------------------
@@ -610,19 +636,22 @@ def tree_symbols(targets: Iterable[str]) -> list[str]:
   seen: dict[str, None] = {WORD: None}
   for line in targets:
     for s in line.split():
-      seen.setdefault(s, None)
+      if is_bracket(s):  # a "words" target's words are the sentence's pieces
+        seen.setdefault(s, None)
   opens = sorted(s for s in seen if s.startswith("("))
   return [WORD] + [x for label in opens for x in (label, ")" + label[1:])]
 
 
 class TreeVocabulary:
   """A SentencePiece vocabulary whose targets are tree symbols: a target line is encoded
-  symbol by symbol (each a whole piece) and decoded as symbols separated by spaces; the
-  sentence side is SentencePiece's as in translation."""
+  symbol by symbol (each a whole piece; `words`: its words as the sentence's pieces) and
+  decoded as symbols separated by spaces, each word one `XX`; the sentence side is
+  SentencePiece's as in translation."""
 
-  def __init__(self, base: Any):
+  def __init__(self, base: Any, words: bool = False):
     self._base = base
     self.path = base.path
+    self.words = words
     self._ids = {base.id_to_piece(i): i for i in range(base.size)}
 
   def __getattr__(self, name: str) -> Any:
@@ -644,14 +673,32 @@ class TreeVocabulary:
     return [[i for _ in words for i in next(pieces)] for words in split]
 
   def encode_target(self, text: str) -> list[int]:
-    return [self._ids.get(s, UNK_ID) for s in text.split()]
+    return self.encode_targets_many([text])[0]
 
   def encode_targets_many(self, texts: Sequence[str]) -> list[list[int]]:
-    return [self.encode_target(t) for t in texts]
+    split = [t.split() for t in texts]
+    if not self.words:
+      return [[self._ids.get(s, UNK_ID) for s in symbols] for symbols in split]
+    # A word as the sentence side encodes it, so that the decoder can copy it.
+    pieces = iter(self._base.encode_many([s for symbols in split for s in symbols
+                                          if not is_bracket(s)]))
+    return [[i for s in symbols for i in ([self._ids[s]] if is_bracket(s) and s in self._ids
+                                          else [UNK_ID] if is_bracket(s) else next(pieces))]
+            for symbols in split]
 
   def decode(self, ids: Iterable[int]) -> str:
-    """The symbols of the ids up to the first EOS, separated by spaces."""
-    return " ".join(self._base.id_to_piece(t) for t in self._base.content_ids(ids))
+    """The symbols of the ids up to the first EOS, separated by spaces; a word's pieces as
+    one `XX`."""
+    symbols: list[str] = []
+    unknown_is_word = self.model_type == "word"
+    for t in self._base.content_ids(ids):
+      piece = self._base.id_to_piece(t)
+      if not self.words or is_bracket(piece) or piece == WORD:
+        symbols.append(piece)
+      elif (piece.startswith("\u2581") or (unknown_is_word and t == UNK_ID) or not symbols
+            or symbols[-1] != WORD):
+        symbols.append(WORD)
+    return " ".join(symbols)
 
   def pieces(self) -> list[str]:
     return [self._base.id_to_piece(i) for i in range(self._base.size)]

@@ -75,15 +75,17 @@ class ParsingTask(Task):
   name: str = "parsing"
   metric: str = "f1"
   metric_label: str = "EVALB F1"
+  words: bool = False  # `data.tree_target` "words": targets hold the words, copied in search
 
   def vocabulary_symbols(self, train_targets: Iterable[str]) -> list[str]:
     return parsing.tree_symbols(train_targets)
 
   def vocabulary(self, base: Any) -> Any:
-    return parsing.TreeVocabulary(base)
+    return parsing.TreeVocabulary(base, self.words)
 
   def constraint(self, vocab: Any) -> Any:
-    return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word")
+    return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word",
+                                  copy=self.words)
 
   def trees(self, sources: Sequence[str], outputs: Sequence[str],
             gold: Sequence[parsing.Tree] | None = None) -> tuple[list[str], int]:
@@ -142,4 +144,7 @@ def for_dataset(spec: str) -> Task:
 
 
 def for_config(cfg: Any) -> Task:
-  return for_dataset(cfg.data.dataset)
+  task = for_dataset(cfg.data.dataset)
+  if task is PARSING and cfg.data.tree_target == "words":
+    return dataclasses.replace(PARSING, words=True)
+  return task

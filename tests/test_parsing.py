@@ -171,6 +171,33 @@ def test_constrained_beam_search_of_an_untrained_model_gives_trees_over_the_word
     assert parsing.is_well_formed(best, words), best
 
 
+def test_a_words_target_holds_the_words_and_the_copying_constraint_copies_them_in_order():
+  """`data.tree_target=words`: the target has the words where the paper has XX, and under
+  `copy` a word slot may only be the input's next piece: random walks give the input's
+  pieces in order, brackets never inside a word ('▁cat' 's'), and well-formed trees."""
+  t = tree("(S (NP (DT the) (NNS cats)) (VP (VBD sat)))")
+  assert parsing.linearize(t, words=True) == "(S (NP the cats )NP (VP sat )VP )S".split()
+  rng = np.random.default_rng(0)
+  c = parsing.constraint_for(PIECES, EOS_ID, copy=True)
+  source = [11, 12, 13, 14]  # ▁the ▁cat s ▁sat: three words, four pieces
+  for max_len in (6, 9, 20):
+    for _ in range(20):
+      walked = _walk(c, source, max_len, rng)
+      assert [t for t in walked if not parsing.is_bracket(PIECES[t])] == source
+      assert walked[walked.index(13) - 1] == 12  # no bracket between '▁cat' and 's'
+      slots = [PIECES[t] if parsing.is_bracket(PIECES[t]) else "XX" for t in walked if t != 13]
+      assert parsing.is_well_formed(slots, 3), [PIECES[t] for t in walked]
+  ids = {p: i for i, p in enumerate(PIECES)}
+  gold = "(S (NP \u2581the \u2581cat s )NP (VP \u2581sat )VP )S".split()
+  assert [PIECES[t] for t in _walk(c, source, len(gold), None,
+                                   [ids[s] for s in gold] + [EOS_ID])] == gold
+  # XX is no word slot under copy.
+  g = c.start(np.array([source + [EOS_ID]]), 1)
+  g = c.advance(g, np.zeros((1, 1), np.int32), np.array([[ids["(S"]]]))
+  banned = np.asarray(c.banned(g, 1, np.array([20])))[0, 0]
+  assert banned[ids["XX"]] and not banned[11] and banned[12]
+
+
 # --- scoring as EVALB (COLLINS.prm) -------------------------------------------------------
 
 GOLD = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
