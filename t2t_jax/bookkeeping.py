@@ -29,7 +29,9 @@ from t2t_jax.errors import UserError
 
 class MetricsLog:
   """WORKDIR/metrics.jsonl (one object per logged step) plus the same scalars for TensorBoard.
-  In a bucket, where nothing can be appended, each write rewrites the object whole."""
+  In a bucket, where nothing can be appended, the lines are written at each checkpoint and at
+  the end (`flush`, `storage.AppendLog`): a run killed in between resumes from that
+  checkpoint and logs the steps after it again, so each step is still there once."""
 
   def __init__(self, workdir: str, resume_step: int, enabled: bool):
     self.path = os.path.join(workdir, "metrics.jsonl")
@@ -55,7 +57,11 @@ class MetricsLog:
       if dropped:
         storage.append_lines(os.path.join(workdir, "metrics.superseded.jsonl"),
                              [json.dumps(r) + "\n" for r in dropped])
-      storage.write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+      text = "".join(json.dumps(r) + "\n" for r in kept)
+      storage.write_atomic(self.path, text)
+    else:
+      text = ""
+    self.lines = storage.AppendLog(self.path, text)
     # tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
     # TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
     from tensorboardX import SummaryWriter
@@ -65,7 +71,7 @@ class MetricsLog:
     """One metrics.jsonl line; numbers also as TensorBoard scalars, strings as text."""
     if not self.enabled:
       return
-    storage.append_lines(self.path, [json.dumps({"step": step, **values}) + "\n"])
+    self.lines.append([json.dumps({"step": step, **values}) + "\n"])
     for tag, value in values.items():
       if isinstance(value, str):
         self.writer.add_text(tag, value, step)
@@ -73,8 +79,14 @@ class MetricsLog:
         self.writer.add_scalar(tag, float(value), step)
     self.writer.flush()
 
+  def flush(self) -> None:
+    """Every line written so far is in metrics.jsonl (in a bucket, one upload)."""
+    if self.enabled:
+      self.lines.flush()
+
   def close(self) -> None:
     if self.enabled:
+      self.lines.flush()
       self.writer.close()
 
 
@@ -172,14 +184,16 @@ def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentC
   return cfg
 
 
-def with_compute_dtype(cfg: ExperimentConfig, workdir: str, training: bool) -> ExperimentConfig:
-  """`cfg` with `model.dtype=auto` resolved: for training, the dtype the workdir's run was
-  recorded with (a resumed run keeps its arithmetic, whatever machine resumes it), else the
-  backend's (bfloat16 on GPU and TPU, float32 on CPU)."""
+def with_compute_dtype(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
+  """`cfg` with `model.dtype=auto` resolved: the dtype the workdir's run trained in once it
+  has a committed checkpoint (a resumed run keeps its arithmetic on whatever machine resumes
+  it, and eval, translate and score compute as it trained and was finally evaluated), else
+  the backend's (bfloat16 on GPU and TPU, float32 on CPU): a first run that ended before its
+  first checkpoint pins nothing."""
   from t2t_jax import backend
   if cfg.model.dtype != "auto":
     return cfg
-  found = checkpoints.recorded_settings(workdir) if training else None
+  found = checkpoints.recorded_settings(workdir) if has_checkpoints(workdir) else None
   recorded = found[1]["model"].get("dtype") if found else None
   dtype = recorded if recorded in ("float32", "bfloat16") else backend.compute_dtype("auto")
   return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
@@ -249,8 +263,8 @@ def config_fingerprint(cfg: ExperimentConfig) -> int:
 
 
 def has_checkpoints(workdir: str) -> bool:
-  directory = os.path.join(workdir, "checkpoints")
-  return storage.isdir(directory) and any(d.isdigit() for d in storage.listdir(directory))
+  """The workdir holds a committed checkpoint (`checkpoints.committed_steps`)."""
+  return bool(checkpoints.committed_steps(workdir))
 
 
 def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) -> bool:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from t2t_jax import storage
+from t2t_jax import retention, storage
 from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
 from t2t_jax.errors import UserError
 
@@ -52,20 +52,23 @@ def _items(state: Any) -> dict[str, Any]:
 
 class Checkpointer:
   """A workdir's training checkpoints: the newest `keep` whole (parameters and optimiser
-  state: what resuming, or falling back past a damaged newest one, needs), and the newest
-  `keep_for_average` of those written for averaging with their parameters alone; every
-  other checkpoint is deleted once a newer one is saved.
+  state: what resuming, or falling back past a damaged newest one, needs), and the averaging
+  window of `keep_for_average` (`retention.kept`) with their parameters alone; every other
+  checkpoint is deleted once a newer one is committed.
 
   `async_save`: `save` returns once the state is handed over, and orbax writes the files in a
   background thread while training goes on (a big model's checkpoint is 2.6 GB: seconds of
   writing, during which the devices would otherwise wait). The next save, `wait` and `close`
-  wait for it; a failed background write is raised there.
+  wait for it (and only then prune: while one is written the older ones stay whole); a
+  failed background write is raised there.
   """
 
   def __init__(self, workdir: str, keep: int, create: bool = True, async_save: bool = False,
-               keep_for_average: int = 0, alone: bool = False):
+               keep_for_average: int = 0, alone: bool = False,
+               spacing: retention.Spacing = retention.Spacing()):
     """`alone`: only this process uses it (averaging and decoding on process 0 of a
-    multi-host job); otherwise every process of the job calls each method together."""
+    multi-host job); otherwise every process of the job calls each method together.
+    `spacing`: how far apart averaged checkpoints are (`retention.window`)."""
     self.directory = storage.join(storage.normalize(workdir), "checkpoints")
     # Each step holds two StandardSave items; naming their handlers lets orbax read an item's
     # metadata (stored shapes) without restoring it. Retention is `_prune`'s, not orbax's.
@@ -77,8 +80,9 @@ class Checkpointer:
         item_handlers={PARAMS: ocp.StandardCheckpointHandler(),
                        TRAINING: ocp.StandardCheckpointHandler()})
     self.async_save = async_save
-    self.keep, self.keep_for_average = keep, keep_for_average
-    self._for_average: dict[int, bool] = {}
+    self.keep, self.keep_for_average, self.spacing = keep, keep_for_average, spacing
+    self._written: dict[int, retention.Written] = {}
+    self._unpruned = False  # a save whose commit has not been followed by pruning
 
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -92,50 +96,67 @@ class Checkpointer:
     `average.spacing` names, and the last step, not one written on a signal or between."""
     return [s for s in self.steps() if self.for_average(s)]
 
+  def average_window(self, n: int) -> list[int]:
+    """The `n` checkpoints averaging reads (`retention.window`), oldest first."""
+    return retention.window(self.written(), n, self.spacing)
+
+  def written(self) -> list[retention.Written]:
+    return [self._record(s) for s in self.steps()]
+
   def for_average(self, step: int) -> bool:
-    if step not in self._for_average:
+    return self._record(step).for_average
+
+  def _record(self, step: int) -> retention.Written:
+    """What the policy needs of checkpoint `step`, from its metadata."""
+    if step not in self._written:
       try:
         custom = self._manager.metadata(step).custom_metadata or {}
       except Exception:  # damaged metadata: restoring says what is wrong
         custom = {}
-      self._for_average[step] = bool(custom.get("for_average", True))
-    return self._for_average[step]
+      elapsed = custom.get("elapsed_sec")
+      self._written[step] = retention.Written(
+          step, bool(custom.get("for_average", True)),
+          float(elapsed) if isinstance(elapsed, (int, float)) else None)
+    return self._written[step]
 
   def _item_dir(self, step: int, item: str) -> str:
     return storage.join(self.directory, str(step), item)
 
   def save(self, step: int, state: Any, for_average: bool = True,
-           on_signal: bool = False) -> str:
-    """Saves a host copy of `state` as checkpoint `step`; returns its path. Checkpoints no
-    longer kept are then deleted, or stripped to their parameters (`_prune`).
+           on_signal: bool = False, elapsed_sec: float | None = None) -> str:
+    """Saves a host copy of `state` as checkpoint `step`; returns its path. Once it is
+    committed, checkpoints no longer kept are deleted, or stripped to their parameters
+    (`_prune`): with `async_save` at the next save, `wait` or `close`.
 
     `on_signal`: written off schedule (a preemption), so averaging leaves it out.
+    `elapsed_sec`: the run's training time, which `average.spacing=minutes` spaces by.
     """
     for_average = for_average and not on_signal
+    self.wait()  # the previous save is committed (and pruned after) before this one begins
+    custom = {"for_average": for_average}
+    if elapsed_sec is not None:
+      custom["elapsed_sec"] = round(float(elapsed_sec), 3)
     self._manager.save(step, args=ocp.args.Composite(
         **{k: ocp.args.StandardSave(v) for k, v in _items(state).items()}),
-        custom_metadata={"for_average": for_average}, force=True)
-    self._for_average[step] = for_average
+        custom_metadata=custom, force=True)
+    self._written[step] = retention.Written(step, for_average, custom.get("elapsed_sec"))
+    self._unpruned = True
     if on_signal or not self.async_save:
       self.wait()  # a signal's checkpoint is complete before the process exits
-    self._prune(newest=step)
     return storage.join(self.directory, str(step))
 
-  def _prune(self, newest: int) -> None:
-    """Deletes the checkpoints older than `newest` that are kept neither whole nor for
-    averaging, and strips to their parameters the averaging ones no longer kept whole.
-    Every older save is complete here (orbax finishes one before the next begins), and
-    `newest` itself is never touched. Every process calls it (deleting is collective)."""
+  def _prune(self) -> None:
+    """Deletes the committed checkpoints that are kept neither whole nor for averaging
+    (`retention.kept`), and strips to their parameters the averaging ones no longer kept
+    whole. Called with every save committed, so that the newest `keep` whole ones are whole
+    on disk. Every process calls it (deleting is collective) and decides from the same
+    listing, so all of them delete the same steps together."""
     steps = self.steps()
-    # The newest `keep` are whole by construction (only older ones are ever stripped); every
-    # process decides from the same listing, so all of them delete the same steps together.
-    whole = set(steps[-self.keep:])
-    averaged = set(self.averaging_steps()[-self.keep_for_average:]
-                   if self.keep_for_average else [])
+    keep = retention.kept(self.written(), self.keep, self.keep_for_average, self.spacing)
     for step in steps:
-      if step >= newest or step in whole:
+      if step in keep.whole:
         continue
-      if step in averaged:
+      if step in keep.params_only:
         if jax.process_index() == 0 and storage.isdir(self._item_dir(step, TRAINING)):
           self._discard(self._item_dir(step, TRAINING))
       else:
@@ -332,8 +353,12 @@ class Checkpointer:
         raise
 
   def wait(self) -> None:
-    """Returns when every save is written (raising the error of one that failed)."""
+    """Returns when every save is committed (raising the error of one that failed), the
+    checkpoints no longer kept pruned."""
     self._manager.wait_until_finished()
+    if self._unpruned:
+      self._unpruned = False
+      self._prune()
 
   def close(self) -> None:
     """Waits for the saves in flight, then releases the manager."""
@@ -341,6 +366,22 @@ class Checkpointer:
       self.wait()
     finally:
       self._manager.close()
+
+
+# What orbax writes last into a checkpoint it commits in place (a bucket has no rename).
+COMMIT_MARKER = "commit_success.txt"
+
+
+def committed_steps(workdir: str) -> list[int]:
+  """The steps of WORKDIR/checkpoints that orbax committed, from a listing alone. Locally a
+  checkpoint is written under a temporary name and renamed when whole; in a bucket it is
+  written in place, and only its commit marker, written last, says it is whole: a step folder
+  without one is a write that was killed, not a checkpoint."""
+  directory = storage.join(storage.normalize(workdir), "checkpoints")
+  if not storage.isdir(directory):
+    return []
+  return sorted(int(d) for d in storage.listdir(directory)
+                if d.isdigit() and storage.is_whole(storage.join(directory, d), COMMIT_MARKER))
 
 
 def unused_name(path: str) -> str:
@@ -447,21 +488,31 @@ def averaged_dir(workdir: str) -> str:
   return storage.join(storage.normalize(workdir), "averaged")
 
 
-def average(workdir: str, last: int, like_state: Any) -> tuple[str, list[int]]:
+def average(workdir: str, last: int, like_state: Any,
+            spacing: retention.Spacing = retention.Spacing()) -> tuple[str, list[int]]:
   """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1:
   "the last 5 checkpoints, which were written at 10-minute intervals").
 
   Only the checkpoints written for averaging count (`Checkpointer.averaging_steps`: on the
   schedule `average.spacing` names, and the last step); one written on a signal, at whatever
-  moment the job was preempted, or by time between scheduled ones, is left out. The steps
-  used go to averaged.json.
+  moment the job was preempted, or by time between scheduled ones, is left out, and so is a
+  scheduled one too close before the last step's (`retention.window`). Asking for more than
+  training kept (its `average.last`; the older ones were deleted) is an error. The steps used
+  go to averaged.json.
   """
   if not storage.isdir(storage.join(workdir, "checkpoints")):
     raise FileNotFoundError(f"no checkpoints in {storage.join(workdir, 'checkpoints')}")
-  ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True)
-  steps = ckpt.averaging_steps()[-last:]
+  ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True, spacing=spacing)
+  steps = ckpt.average_window(last)
   if not steps:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
+  kept_by_training = (_run_info(workdir) or {}).get("config", {}).get("average", {}).get("last")
+  if len(steps) < last and isinstance(kept_by_training, int) and kept_by_training < last:
+    ckpt.close()
+    raise UserError(f"average.last={last}, but training kept {kept_by_training} checkpoints "
+                    f"for averaging (its average.last; the older ones were deleted): "
+                    f"{steps}. Use average.last<={len(steps)}, or set average.last before "
+                    f"training")
   total = None
   for step in steps:
     try:

@@ -62,7 +62,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
         storage.write_atomic(os.path.join(out_dir, f"{split}.{name}"),
                              "".join(t + "\n" for t in figures.pop(f"_{name}")))
     result = {"split": split, "task": task.name, **figures,
-              "checkpoint": _portable(label, workdir),
+              "checkpoint": _portable(label, workdir), "dtype": cfg.model.dtype,
               "num_sentences": len(hyps),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
               "max_extra_length": cfg.decode.max_extra_length,

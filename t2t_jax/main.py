@@ -50,6 +50,10 @@ flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (def
                     "and test splits); e.g. the dev split alone while tuning decoding.")
 flags.DEFINE_list("ensemble", [], "eval, translate, score: other workdirs (comma-separated) whose "
                   "models decode together with --workdir's, averaging their probabilities.")
+flags.DEFINE_string("compilation_cache", "auto", "Where compiled programs are kept across "
+                    "runs (JAX's persistent compilation cache), so that a resume, eval or "
+                    "translate does not compile again: auto = WORKDIR/compilation_cache (in "
+                    "the bucket when the workdir is one), a folder, or none.")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
 flags.DEFINE_bool("distributed", False, "train: join a multi-process job, detected from the "
@@ -183,6 +187,26 @@ def run_prepare(cfg: ExperimentConfig) -> None:
         f"from there", flush=True)
 
 
+# Programs that compile faster than this are not worth a file in the cache (JAX's default,
+# 1 s, leaves out most of a small model's programs on a CPU).
+CACHE_MIN_COMPILE_SECONDS = 0.2
+
+
+def use_compilation_cache(workdir: str) -> None:
+  """JAX's persistent compilation cache where `--compilation_cache` says (before anything
+  compiles): every program a run compiles is kept there, and a later command that needs the
+  same program (a resume after a preemption, eval, translate) reads it instead of compiling."""
+  from t2t_jax import storage
+  where = FLAGS.compilation_cache.strip()
+  if where.lower() in ("", "none", "off"):
+    return
+  path = storage.join(workdir, "compilation_cache") if where == "auto" else \
+      storage.normalize(where)
+  import jax
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+
+
 def start_distributed() -> None:
   """Joins a multi-process job if asked to (before any JAX computation)."""
   explicit = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
@@ -229,6 +253,7 @@ def main(argv: list[str]) -> None:
   storage.check_supported(FLAGS.workdir, "--workdir")  # s3:// and the like: what works
   workdir = storage.normalize(FLAGS.workdir)  # gs:// kept as it is, never a folder named gs:
   start_distributed()
+  use_compilation_cache(workdir)
   from t2t_jax import bookkeeping, checkpoints, input_pipeline
   damaged = checkpoints.damaged_run_info(workdir)
   if damaged and FLAGS.mode != "train":  # training moves it aside and records anew
@@ -243,7 +268,7 @@ def main(argv: list[str]) -> None:
                     for k in set_keys)  # how it computes may change in any mode
   if FLAGS.mode != "train" and not gives_model:
     cfg = bookkeeping.with_recorded_model(cfg, workdir)
-  cfg = bookkeeping.with_compute_dtype(cfg, workdir, training=FLAGS.mode == "train")
+  cfg = bookkeeping.with_compute_dtype(cfg, workdir)
   validate(cfg)  # what depends on the resolved dtype
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read
     cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
@@ -487,9 +512,6 @@ def run() -> None:
   backend.apply_xla_flags()  # before JAX starts: XLA reads its flags once
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-  # Compiled steps are cached across runs, so a resumed or repeated run starts fast.
-  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                        os.path.join(os.path.expanduser("~/.cache/t2t_jax"), "jax_cache"))
   app.run(_main_guarded, flags_parser=_parse_flags)
 
 

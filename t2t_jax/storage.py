@@ -103,6 +103,15 @@ def listdir(path: str) -> list[str]:
   return os.listdir(path)
 
 
+def is_whole(folder: str, marker: str) -> bool:
+  """A folder written by a writer that renames it into place when whole (locally), or that
+  writes it in place and `marker` last (in a bucket, which has no rename): whether it is
+  whole, not a write that was killed half-way."""
+  if is_remote(folder):
+    return exists(join(folder, marker))
+  return os.path.isdir(folder)
+
+
 def open_file(path: str, mode: str = "r") -> Any:
   """`open`, refusing to append to an object (a bucket would overwrite it: `append_lines`)."""
   if is_remote(path):
@@ -154,6 +163,32 @@ def append_lines(path: str, lines: list[str]) -> None:
     return
   with open(path, "a") as f:
     f.writelines(lines)
+
+
+class AppendLog:
+  """A file that grows by whole lines. Locally each `append` is appended at once. An object
+  in a bucket can only be rewritten whole, so there the lines are held until `flush`, which
+  writes the object once with them (a rewrite per line would upload the growing file every
+  time); a kill loses what was not flushed. `text`: what the file holds now."""
+
+  def __init__(self, path: str, text: str = ""):
+    self.path, self._remote = path, is_remote(path)
+    self._text, self._pending = text, []
+    self.bytes_written = 0
+
+  def append(self, lines: list[str]) -> None:
+    if not self._remote:
+      append_lines(self.path, lines)
+      self.bytes_written += sum(len(l.encode()) for l in lines)
+    else:
+      self._pending.extend(lines)
+
+  def flush(self) -> None:
+    if self._remote and self._pending:
+      self._text += "".join(self._pending)
+      self._pending = []
+      write_atomic(self.path, self._text)
+      self.bytes_written += len(self._text.encode())
 
 
 def remove(path: str) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from t2t_jax import (backend, bookkeeping, checkpoints, input_pipeline, model, optim,
-                     parallel)
+                     parallel, retention)
 from t2t_jax.config import ExperimentConfig, TrainConfig
 from t2t_jax.data_sources import DataError
 from t2t_jax.errors import UserError
@@ -288,7 +288,7 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   Returns the final state, the name of the signal that stopped training early (if any),
   and whether training is finished (all steps done, or the time budget spent).
   """
-  cfg = bookkeeping.with_compute_dtype(cfg, workdir, training=True)
+  cfg = bookkeeping.with_compute_dtype(cfg, workdir)
   t = cfg.train
   startup = bookkeeping.StartUp()
   startup.mark("set-up")  # imports, flags, the backend
@@ -299,7 +299,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   optimizer = optim.make_optimizer(cfg)
   ckpt = checkpoints.Checkpointer(workdir, keep=t.keep_checkpoints,
                                   async_save=t.async_checkpoints,
-                                  keep_for_average=cfg.average.last)
+                                  keep_for_average=cfg.average.last,
+                                  spacing=retention.Spacing.of(cfg))
   start = start_state(cfg, optimizer, ckpt, workdir, ds, fresh, recorded)
   startup.mark("state")  # parameters and optimiser state, made or restored
   print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
@@ -476,19 +477,35 @@ class Clock:
 
 
 class Saver:
-  """Checkpoints on the schedule and on a signal; the step and time of the newest."""
+  """Checkpoints on the schedule and on a signal; the step of the newest, and the time from
+  which `train.checkpoint_every_minutes` counts: the first step (not the launch, which
+  compiles first), then the last checkpoint by time (with `average.spacing=minutes`, whose
+  schedule it is) or of any kind (with `steps`, where time only bounds what a crash loses)."""
 
-  def __init__(self, ckpt: checkpoints.Checkpointer, step: int):
-    self.ckpt, self.step, self.time = ckpt, step, time.time()
+  def __init__(self, ckpt: checkpoints.Checkpointer, step: int, clock: "Clock",
+               minutes_schedule: bool = False):
+    self.ckpt, self.step, self.clock = ckpt, step, clock
+    self.minutes_schedule = minutes_schedule
+    self.time: float | None = None  # set by `started`
+
+  def started(self) -> None:
+    if self.time is None:
+      self.time = time.time()
+
+  def minutes_since(self) -> float:
+    return 0.0 if self.time is None else (time.time() - self.time) / 60
 
   def save(self, state: TrainState, step: int, for_average: bool = False,
-           on_signal: bool = False) -> None:
+           on_signal: bool = False, by_time: bool = False) -> None:
     host = parallel.unreplicate(state)
     if int(host.bad_step) >= 0:
       return  # never write a checkpoint after a non-finite step
     with bookkeeping.checkpoint_errors(self.ckpt, step):
-      path = self.ckpt.save(step, host, for_average=for_average, on_signal=on_signal)
-    self.step, self.time = step, time.time()
+      path = self.ckpt.save(step, host, for_average=for_average, on_signal=on_signal,
+                            elapsed_sec=self.clock.elapsed())
+    self.step = step
+    if by_time or not self.minutes_schedule:
+      self.time = time.time()
     print(f"{'saving' if self.ckpt.async_save and not on_signal else 'saved'} checkpoint "
           f"{path}", flush=True)
 
@@ -543,6 +560,7 @@ class Due:
   checkpoint: bool
   for_average: bool  # the checkpoint is one that averaging reads
   stop: bool
+  by_time: bool = False  # due by `train.checkpoint_every_minutes`
 
   @property
   def any(self) -> bool:
@@ -589,7 +607,7 @@ class Run:
                 else None)
     return cls(cfg, ds, TrainPrograms(cfg, optimizer),
                parallel.replicate(jax.random.PRNGKey(t.seed), n_dev), start, metrics_log, clock,
-               Saver(ckpt, start.step), Progress(), bookkeeping.LoopStats(),
+               Saver(ckpt, start.step, clock, cfg.average.spacing == "minutes"), Progress(), bookkeeping.LoopStats(),
                bookkeeping.Profiler(t.profile_steps, workdir, start.step), dev_bleu)
 
   def shapes_to_compile(self) -> tuple[list, list]:
@@ -718,6 +736,7 @@ def train_loop(run: Run, state: TrainState, batches: parallel.Prefetcher,
                                              run.clock.factor_on_devices())
     run.profiler.after(step, state)
     run.progress.pending.append(metrics)
+    run.saver.started()  # checkpoints by time count from the first step, compiled
     due = due_actions(run, step)
     shape = batch_shapes(batch)  # without compiling ahead, each shape's first step compiles
     if run.stats.compiled_ahead or shape in shapes_seen:
@@ -745,7 +764,7 @@ def due_actions(run: Run, step: int) -> Due:
       step % t.eval_every_steps == 0 or step == t.steps):
     stop_now, time_to_save = run.clock.agree(
         stop.signal_name is not None,
-        minutes_due(t, (time.time() - run.saver.time) / 60))
+        minutes_due(t, run.saver.minutes_since()))
     if stop_now:
       stop.signal_name = stop.signal_name or "a signal to another process"
   last = step == t.steps or run.clock.budget_spent
@@ -753,7 +772,8 @@ def due_actions(run: Run, step: int) -> Due:
   checkpoint, for_average = checkpoint_due(run.cfg, step, time_to_save, last)
   return Due(log=step % t.log_every_steps == 0 or last or bleu,
              evaluate=step % t.eval_every_steps == 0 or last, bleu=bleu,
-             checkpoint=checkpoint, for_average=for_average, stop=stop_now)
+             checkpoint=checkpoint, for_average=for_average, stop=stop_now,
+             by_time=time_to_save)
 
 
 def on_step_schedule(t: TrainConfig, step: int) -> bool:
@@ -786,7 +806,8 @@ def act(run: Run, state: TrainState, step: int, due: Due, fetched: list[dict[str
   if values:
     run.metrics_log.write(step, values)
   if due.checkpoint:
-    run.saver.save(state, step, for_average=due.for_average)
+    run.metrics_log.flush()  # a resume from this checkpoint finds every line up to it
+    run.saver.save(state, step, for_average=due.for_average, by_time=due.by_time)
 
 
 def log_line(run: Run, step: int, fetched: list[dict[str, Any]],
@@ -855,6 +876,7 @@ def finish(run: Run, state: TrainState, compiles: bookkeeping.CompileCounter) ->
   if stop.signal_name:
     done = int(parallel.first(state.step))
     if done > saver.step:
+      run.metrics_log.flush()
       saver.save(state, done, on_signal=True)
     print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
           f"{os.path.join(saver.ckpt.directory, str(saver.step))}", flush=True)
@@ -891,9 +913,12 @@ def run_average(cfg: ExperimentConfig, workdir: str) -> str:
   optimizer = optim.make_optimizer(cfg)
   like = jax.eval_shape(lambda: init_state(cfg, optimizer))
   try:
-    out, steps = checkpoints.average(workdir, cfg.average.last, like)
+    out, steps = checkpoints.average(workdir, cfg.average.last, like,
+                                     retention.Spacing.of(cfg))
   except FileNotFoundError as e:
     raise UserError(str(e)) from None
-  print(f"averaged {len(steps)} checkpoint(s) {steps} into {out}", flush=True)
+  fewer = (f" (fewer than average.last={cfg.average.last}: all the run has)"
+           if len(steps) < cfg.average.last else "")
+  print(f"averaged {len(steps)} checkpoint(s) {steps} into {out}{fewer}", flush=True)
   return out
 

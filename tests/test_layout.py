@@ -13,7 +13,7 @@ FLOORS = {
     # small utilities
     "errors": 0, "special_tokens": 0, "bleu": 0, "mbr": 0, "cost": 0, "storage": 1, "jsonl": 2,
     "config": 1, "backend": 1, "parallel": 1, "data_sources": 2, "vocab": 1, "packing": 1,
-    "parsing": 1,
+    "parsing": 1, "retention": 2,
     # the model (its products in cpu_kernels), the optimiser; the named experiments
     "cpu_kernels": 2, "optim": 2, "hostmem": 2, "side_by_side": 2, "registry": 2, "configs": 2,
     "model": 3, "ensemble": 3, "tasks": 3,

@@ -1425,7 +1425,7 @@ def test_settings_this_backend_cannot_run_are_refused_at_start_up(monkeypatch, t
   lean = override(cfg, {"model.residual_dtype": "bfloat16"})
   validate(lean)
   with pytest.raises(ConfigError, match="residual_dtype=bfloat16 .* model.dtype=bfloat16"):
-    validate(bookkeeping.with_compute_dtype(lean, str(tmp_path), training=True))
+    validate(bookkeeping.with_compute_dtype(lean, str(tmp_path)))
   offsets = {"model.fused_attention": True, "model.attention_dropout": 0.0,
              "model.segment_attention": "offsets"}
   with pytest.raises(ConfigError, match="offsets is a layout of packed rows"):
@@ -1507,8 +1507,8 @@ def test_model_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_recorded_o
     return json.loads((workdir / "experiment.json").read_text())["config"]["model"]["dtype"]
   base = override(tiny_cfg(**FAST_DATA), {"train.final_eval": False})
   assert base.model.dtype == "auto"
-  assert bookkeeping.with_compute_dtype(registry.get("base_ende"), str(tmp_path / "none"),
-                                        training=True).model.dtype == "float32"
+  assert bookkeeping.with_compute_dtype(registry.get("base_ende"),
+                                        str(tmp_path / "none")).model.dtype == "float32"
   fresh = tmp_path / "fresh"
   train.train_and_evaluate(override(base, {"train.steps": 1}), str(fresh))
   assert dtype_of(fresh) == "float32" and "float32 compute" in capsys.readouterr().out
@@ -1518,9 +1518,22 @@ def test_model_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_recorded_o
   capsys.readouterr()
   train.train_and_evaluate(override(base, {"train.steps": 2}), str(gpu_run))  # auto, on CPU
   assert "bfloat16 compute" in capsys.readouterr().out and dtype_of(gpu_run) == "bfloat16"
+  # Eval, translate and score compute as the run trained (main resolves auto the same way).
+  assert bookkeeping.with_compute_dtype(base, str(gpu_run)).model.dtype == "bfloat16"
   train.train_and_evaluate(override(base, {"train.steps": 3, "model.dtype": "float32"}),
                            str(gpu_run))
   assert "float32 compute" in capsys.readouterr().out and dtype_of(gpu_run) == "float32"
+
+
+def test_a_first_run_that_ended_before_its_first_checkpoint_pins_no_dtype(tmp_path):
+  """A bf16 launch (a GPU's auto) that died before writing a checkpoint left experiment.json
+  behind; the next run, on this CPU, computes in the backend's float32, as if fresh."""
+  base = override(tiny_cfg(**FAST_DATA), {"train.final_eval": False, "train.steps": 1})
+  train.train_and_evaluate(override(base, {"model.dtype": "bfloat16"}), str(tmp_path))
+  shutil.rmtree(tmp_path / "checkpoints")
+  assert json.loads((tmp_path / "experiment.json").read_text())["config"]["model"][
+      "dtype"] == "bfloat16"
+  assert bookkeeping.with_compute_dtype(base, str(tmp_path)).model.dtype == "float32"
 
 
 # The paper's training times (section 5.2): base 100k steps in 12 hours, big 300k in 3.5 days,
@@ -1618,3 +1631,99 @@ def test_a_checkpoint_of_the_earlier_one_item_layout_is_a_one_line_error(tmp_pat
   ckpt.close()
   with pytest.raises(UserError, match="earlier t2t_jax"):
     checkpoints.load_params_for_inference(str(tmp_path), cfg)
+
+
+class _MinuteClock:
+  """The trainer's clock (`train.time`) on a schedule: compiling before the first step takes
+  10 minutes, every step one. The trainer's own decisions run on it."""
+
+  def __init__(self, monkeypatch):
+    import types
+    self.now, self.steps = 1_000_000.0, 0
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(
+        time=lambda: self.now, thread_time=time.thread_time, sleep=time.sleep,
+        perf_counter=time.perf_counter, monotonic=time.monotonic))
+    real = train.Progress.pace
+
+    def pace(progress):  # before each step is dispatched
+      self.now += 600.0 if self.steps == 0 else 60.0
+      self.steps += 1
+      real(progress)
+    monkeypatch.setattr(train.Progress, "pace", pace)
+
+
+def _averaged(workdir):
+  return json.loads((workdir / "averaged" / "averaged.json").read_text())["steps"]
+
+
+def test_spacing_minutes_averages_checkpoints_minutes_apart_from_the_first_step(tmp_path,
+                                                                              monkeypatch):
+  """`average.spacing=minutes` with checkpoints by step as well (every 2 steps, more often
+  than the 3 minutes): the step checkpoints do not restart the minutes, which count from the
+  first step, not from the launch that compiled for 10. Minute checkpoints follow steps 4, 7
+  and 10, and the last step 12; the last 3 are averaged (12 is 2 minutes after 10: far
+  enough), and pruning kept them."""
+  _MinuteClock(monkeypatch)
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 12, "train.checkpoint_every_steps": 2,
+      "train.checkpoint_every_minutes": 3, "average.spacing": "minutes", "average.last": 3,
+      "train.keep_checkpoints": 2, "train.final_eval": False, "train.eval_every_steps": 12})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  train.run_average(cfg, str(tmp_path))
+  assert _averaged(tmp_path) == [7, 10, 12]
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [7, 10, 12]
+
+
+def test_a_run_ended_by_its_budget_averages_its_last_step_instead_of_the_one_just_before(
+    tmp_path, monkeypatch):
+  """The time budget ends the run at step 9, one step after the scheduled 8 (every 4,
+  counted back from 100): averaging 8 and 9 would count nearly the same parameters twice, so
+  the last two averaged are 4 and 9."""
+  _MinuteClock(monkeypatch)
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 100, "train.checkpoint_every_steps": 4,
+      "train.checkpoint_every_minutes": 0, "train.max_train_minutes": 17.9,
+      "average.last": 2, "train.final_eval": False, "train.eval_every_steps": 100})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  assert train.checkpoints.committed_steps(str(tmp_path))[-1] == 9
+  train.run_average(cfg, str(tmp_path))
+  assert _averaged(tmp_path) == [4, 9]
+
+
+def test_raising_average_last_past_what_training_kept_is_refused(tmp_path, capsys):
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 8, "train.checkpoint_every_steps": 2, "train.checkpoint_every_minutes": 0,
+      "average.last": 2, "train.final_eval": False, "train.eval_every_steps": 8})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  with pytest.raises(UserError, match=r"average.last=4, but training kept 2 checkpoints .*"
+                                      r"\[6, 8\]. Use average.last<=2"):
+    train.run_average(override(cfg, {"average.last": 4}), str(tmp_path))
+  train.run_average(cfg, str(tmp_path))
+  assert _averaged(tmp_path) == [6, 8]
+
+
+def test_an_async_save_prunes_only_once_the_new_checkpoint_is_committed(tmp_path):
+  """While checkpoint 3 is written in the background, 1 and 2 stay whole: a kill then leaves
+  two checkpoints to resume from, not one and a temporary folder."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=2, async_save=True)
+  for step in (1, 2, 3):
+    ckpt.save(step, state.replace(step=jnp.array(step, jnp.int32)))
+  folder = tmp_path / "checkpoints"
+  assert all((folder / str(s) / "training").is_dir() for s in (1, 2))
+  ckpt.close()
+  assert sorted(int(p.name) for p in folder.iterdir()) == [2, 3]
+
+
+def test_a_step_folder_in_a_bucket_without_its_commit_marker_is_no_checkpoint(tmp_path,
+                                                                             monkeypatch):
+  """In a bucket orbax writes a checkpoint in place and its commit marker last: a first
+  write that was killed leaves `checkpoints/1/` without it, and the workdir is untrained."""
+  from t2t_jax import storage
+  (tmp_path / "checkpoints" / "1" / "params").mkdir(parents=True)
+  assert checkpoints.committed_steps(str(tmp_path)) == [1]  # locally: renamed when whole
+  monkeypatch.setattr(storage, "is_remote", lambda path: True)
+  assert not bookkeeping.has_checkpoints(str(tmp_path))
+  (tmp_path / "checkpoints" / "1" / checkpoints.COMMIT_MARKER).write_text("done")
+  assert bookkeeping.has_checkpoints(str(tmp_path))
