@@ -10,7 +10,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["t2t_jax", "t2t_jax.*"]),
     install_requires=[
-        "jax>=0.4.30",
+        # The floor is what CI's first leg runs (Python 3.11, where JAX stops at 0.10.2); its
+        # second leg runs the newest JAX on the newest Python (.ci/run).
+        "jax>=0.10.2",
         "flax>=0.10",
         "optax>=0.2.3",
         "orbax-checkpoint>=0.6",
@@ -30,9 +32,9 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3"],  # the suite runs on 2 workers (-n 2)
         # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),
         # or libtpu on a Cloud TPU VM.
-        "cuda12": ["jax[cuda12]>=0.4.30"],
-        "cuda13": ["jax[cuda13]>=0.7"],
-        "tpu": ["jax[tpu]>=0.4.30"],
+        "cuda12": ["jax[cuda12]>=0.10.2"],
+        "cuda13": ["jax[cuda13]>=0.10.2"],
+        "tpu": ["jax[tpu]>=0.10.2"],
         # The export checks, the CPU deployment benchmark and the hf: source: transformers
         # loads the export, CTranslate2 converts it. torch from PyPI is a CUDA build of several
         # GB; on a CPU-only machine install the CPU build first (the README says how).

@@ -181,7 +181,7 @@ class Checkpointer:
     compared first: an array of another shape (another model's checkpoint) is a
     `_StructureMismatch` before any array is read, where orbax's own refusal leaves its
     reads failing in the background with a traceback each."""
-    mismatch = self._stored_mismatch(step, like)
+    mismatch = _stored_mismatch(self._manager, step, like)
     if mismatch:
       raise _StructureMismatch(mismatch)
     restored = self._manager.restore(step, args=ocp.args.Composite(
@@ -216,28 +216,41 @@ class Checkpointer:
       return None
     return None if stamp is None else str(stamp)
 
-  def _stored_mismatch(self, step: int, like: Any) -> str | None:
-    """The first array whose stored shape or presence differs from `like`'s, or None (also
-    when the metadata cannot be read: restoring then says what is wrong)."""
-    try:
-      metadata = self._manager.item_metadata(step)
-      stored = {f"{item}.{name}": shape for item in (PARAMS, TRAINING)
-                for name, shape in _shapes_by_name(metadata[item]).items()}
-    except Exception:
-      return None
-    wanted = {f"{item}.{name}": shape for item, tree in _items(like).items()
-              for name, shape in _shapes_by_name(tree).items()}
-    for name in sorted(wanted.keys() | stored.keys()):
-      if name not in stored:
-        return f"{name} is not in the checkpoint"
-      if name not in wanted:
-        return f"the checkpoint holds {name}, which this run does not have"
-      if tuple(stored[name]) != tuple(wanted[name]):
-        return (f"{name} is stored with shape {tuple(stored[name])}, this run's is "
-                f"{tuple(wanted[name])}")
-    return None
-
   def restore_latest(self, like: Any, retries: int = 3) -> tuple[Any, int] | None:
+    """The newest checkpoint that restores, and its step (`Resumer.latest`)."""
+    return Resumer(self).latest(like, retries)
+
+  def agree(self, restored: tuple[Any, int] | None, error: str | None, fingerprint: int
+            ) -> tuple[Any, int] | None:
+    """Every process restored the same (`Resumer.agree`)."""
+    return Resumer(self).agree(restored, error, fingerprint)
+
+  def wait(self) -> None:
+    """Returns when every save is committed (raising the error of one that failed), the
+    checkpoints no longer kept pruned."""
+    self._manager.wait_until_finished()
+    if self._unpruned:
+      self._unpruned = False
+      self._prune()
+
+  def close(self) -> None:
+    """Waits for the saves in flight, then releases the manager."""
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
+
+
+class Resumer:
+  """Resuming from a workdir's checkpoints: the newest that restores; the one before it when
+  the newest's own files are broken (which is then set aside); a one-line error for
+  everything else. Another model's checkpoint is refused in one way: by the stored shapes and
+  names (`Checkpointer.restore`), before any array is read."""
+
+  def __init__(self, ckpt: Checkpointer):
+    self.ckpt = ckpt
+
+  def latest(self, like: Any, retries: int = 3) -> tuple[Any, int] | None:
     """The newest checkpoint that restores; None when the workdir has none.
 
     An error that is not the checkpoint's own (a shape or structure of another model, memory,
@@ -247,15 +260,15 @@ class Checkpointer:
     neither restores, or a checkpoint holds another model's state, it is a one-line error with
     nothing moved; an I/O error is retried, then is one.
     """
-    self.check_layout()
-    steps = self.resumable_steps()
-    if not steps and self.steps():
-      raise UserError(f"no checkpoint in {self.directory} holds a whole training state (the "
+    self.ckpt.check_layout()
+    steps = self.ckpt.resumable_steps()
+    if not steps and self.ckpt.steps():
+      raise UserError(f"no checkpoint in {self.ckpt.directory} holds a whole training state (the "
                       f"older ones keep their parameters alone, for averaging); it cannot be "
                       f"resumed: average or decode it, or train in another --workdir")
     failed: tuple[int, str, Exception] | None = None
     for step in reversed(steps):
-      path = storage.join(self.directory, str(step))
+      path = storage.join(self.ckpt.directory, str(step))
       try:
         restored = self._restore_retrying(step, like, retries)
       except _StructureMismatch as e:
@@ -266,14 +279,14 @@ class Checkpointer:
         if not storage.isdir(path):  # process 0 set it aside while this process read it
           print(f"warning: checkpoint {path} was set aside by process 0; trying the previous "
                 f"one", file=sys.stderr, flush=True)
-          self._manager.reload()
+          self.ckpt._manager.reload()
           continue
         if _transient(e):
           raise UserError(f"could not read checkpoint {path} ({e.strerror or e}) after "
                           f"{retries} tries; nothing was moved: run the command again") from None
         if failed is not None:  # two in a row: not one broken checkpoint's fault
           raise UserError(
-              f"checkpoints {failed[0]} and {step} in {self.directory} both fail to restore "
+              f"checkpoints {failed[0]} and {step} in {self.ckpt.directory} both fail to restore "
               f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was moved. "
               f"Fix the cause (memory, permissions, versions) and run the command again") \
               from None
@@ -301,21 +314,21 @@ class Checkpointer:
       mine = np.array([0 if error else 1, restored[1] if restored else -1, fingerprint],
                       np.int32)
       every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 3)
-      self._manager.reload()
+      self.ckpt._manager.reload()
       if error:
         print(f"error: {error}", file=sys.stderr, flush=True)
       failed = [i for i, row in enumerate(every) if row[0] == 0]
       if failed:
         raise UserError(f"process(es) {failed} of {len(every)} could not restore a checkpoint "
-                        f"in {self.directory} (see their error lines); every process stops")
+                        f"in {self.ckpt.directory} (see their error lines); every process stops")
       if len(set(every[:, 1].tolist())) > 1:
         raise UserError(f"the processes restored different checkpoints "
-                        f"({every[:, 1].tolist()}, -1: none) from {self.directory}; the "
+                        f"({every[:, 1].tolist()}, -1: none) from {self.ckpt.directory}; the "
                         f"workdir must be one folder that every host shares")
       if len(set(every[:, 2].tolist())) > 1:
         raise UserError("the processes run different configurations: every process of a "
                         "job must run the same command (the same --experiment and --set)")
-    self._manager.reload()
+    self.ckpt._manager.reload()
     if error:
       raise UserError(error)
     return restored
@@ -323,13 +336,13 @@ class Checkpointer:
   def _set_aside(self, step: int, path: str, error: Exception) -> None:
     """A checkpoint whose own files are broken: process 0 moves it out of the way, to a new
     name (what an earlier start set aside is never replaced)."""
-    aside = unused_name(storage.join(storage.dirname(self.directory),
+    aside = unused_name(storage.join(storage.dirname(self.ckpt.directory),
                                      f"corrupt_checkpoint_{step}"))
     if jax.process_index() == 0:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
             f"moved to {aside}; resuming from the previous one", file=sys.stderr, flush=True)
       storage.move(path, aside)
-      self._manager.reload()
+      self.ckpt._manager.reload()
     else:
       print(f"warning: checkpoint {path} could not be restored ({type(error).__name__}); "
             f"process 0 sets it aside, trying the previous one", file=sys.stderr, flush=True)
@@ -337,35 +350,33 @@ class Checkpointer:
   def _restore_retrying(self, step: int, like: Any, retries: int) -> Any:
     for attempt in range(retries):
       try:
-        return self.restore(step, like)
+        return self.ckpt.restore(step, like)
       except OSError as e:
         if not _transient(e) or attempt == retries - 1:
           raise
         time.sleep(2.0 ** attempt)
-      except ValueError as e:
-        lines = str(e).splitlines()
-        if lines and "tree structures do not match" in lines[0]:
-          first = next((l.strip().rstrip(":") for l in lines[1:] if l.strip().endswith(":")),
-                       "the tree structure")
-          raise _StructureMismatch(first) from None
-        if lines and "is not compatible with the stored shape" in lines[0]:
-          raise _StructureMismatch(lines[0].split(". ")[0]) from None  # another model's shape
-        raise
 
-  def wait(self) -> None:
-    """Returns when every save is committed (raising the error of one that failed), the
-    checkpoints no longer kept pruned."""
-    self._manager.wait_until_finished()
-    if self._unpruned:
-      self._unpruned = False
-      self._prune()
 
-  def close(self) -> None:
-    """Waits for the saves in flight, then releases the manager."""
-    try:
-      self.wait()
-    finally:
-      self._manager.close()
+def _stored_mismatch(manager: Any, step: int, like: Any) -> str | None:
+  """The first array whose stored shape or presence differs from `like`'s, or None (also
+  when the metadata cannot be read: restoring then says what is wrong)."""
+  try:
+    metadata = manager.item_metadata(step)
+    stored = {f"{item}.{name}": shape for item in (PARAMS, TRAINING)
+              for name, shape in _shapes_by_name(metadata[item]).items()}
+  except Exception:
+    return None
+  wanted = {f"{item}.{name}": shape for item, tree in _items(like).items()
+            for name, shape in _shapes_by_name(tree).items()}
+  for name in sorted(wanted.keys() | stored.keys()):
+    if name not in stored:
+      return f"{name} is not in the checkpoint"
+    if name not in wanted:
+      return f"the checkpoint holds {name}, which this run does not have"
+    if tuple(stored[name]) != tuple(wanted[name]):
+      return (f"{name} is stored with shape {tuple(stored[name])}, this run's is "
+              f"{tuple(wanted[name])}")
+  return None
 
 
 # What orbax writes last into a checkpoint it commits in place (a bucket has no rename).

@@ -81,3 +81,14 @@ def test_the_model_file_opens_with_the_papers_model():
   assert defs[:2] == ["sinusoidal_positions", "Positions"], defs[:5]
   assert defs.index("Transformer") < defs.index("Dropout") < defs.index("init_params")
   assert "custom_vjp" not in text and "cpu_tuned" not in text
+
+
+def test_the_checkpoint_module_is_in_parts_of_one_job_each():
+  """checkpoints.py: saving and committing (`Checkpointer`), resuming with fallback
+  (`Resumer`), the policy apart (retention.py): no class over 200 lines, no function over 60."""
+  tree = ast.parse((PACKAGE / "checkpoints.py").read_text())
+  sizes = {(type(n).__name__, n.name): n.end_lineno - n.lineno + 1 for n in ast.walk(tree)
+           if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+  too_big = {k: v for k, v in sizes.items()
+             if v > (200 if k[0] == "ClassDef" else 60)}
+  assert not too_big, too_big
