@@ -194,9 +194,11 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
     # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
     # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
     # as a finished hypothesis, and win once the greedy path's log-prob fell below it.
-    top_logp, beam_idx, tokens = best_candidates(
-        s["live_logp"], [x.reshape(b, k, vocab) for x in member_logits], banned,
-        2 * k if k > 1 else 1)
+    member_logits = [x.reshape(b, k, vocab) for x in member_logits]
+    if constraint is not None:  # what the constraint makes of the model's scores
+      member_logits = [constraint.rescore(s["grammar"], x) for x in member_logits]
+    top_logp, beam_idx, tokens = best_candidates(s["live_logp"], member_logits, banned,
+                                                 2 * k if k > 1 else 1)
     seqs = _gather_beams(s["live_seqs"], beam_idx)
     seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)
     is_eos = tokens == EOS_ID

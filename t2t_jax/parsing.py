@@ -19,7 +19,7 @@ import re
 from typing import Any, Iterable, Iterator, Sequence
 
 from t2t_jax.errors import UserError
-from t2t_jax.special_tokens import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # ---------------------------------------------------------------------------------------
 # Trees
@@ -583,6 +583,27 @@ class TreeConstraint:
     allowed = ((kind == self.OPEN) & open_ok) | (slot & word_ok) | \
         ((kind == self.CLOSE) & close_ok) | ((kind == self.END) & end_ok)
     return ~allowed
+
+  def rescore(self, g: dict[str, Any], logits: Any) -> Any:
+    """[b, k, width] log-probabilities to search with. Under `copy` the input decides which
+    word comes next and the model only whether one does: the next piece takes the
+    probability of all the word pieces together (the model's P(a word now), what `XX` is in
+    the paper's form), the other word pieces none. Otherwise the logits as they are."""
+    import jax
+    import jax.numpy as jnp
+    if not self.copy:
+      return logits
+    width = logits.shape[-1]
+    pad = max(0, width - len(self.kind))
+    kind = jnp.asarray(self.kind + (self.OTHER,) * pad, jnp.int32)
+    ids = jnp.arange(width)
+    word = (kind == self.OTHER) & (ids != PAD_ID) & (ids != BOS_ID) & (ids < len(self.kind))
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    slot = jax.nn.logsumexp(jnp.where(word, logp, -jnp.inf), axis=-1, keepdims=True)
+    src = g["src"]
+    nxt = jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1), axis=1)
+    out = jnp.where(word, -jnp.inf, logp)
+    return jnp.where(ids == nxt[..., None], slot, out)
 
   def advance(self, g: dict[str, Any], beams: Any, tokens: Any) -> dict[str, Any]:
     """The grammar state after hypotheses `beams` [b, m] took `tokens` [b, m]."""

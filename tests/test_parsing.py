@@ -198,6 +198,31 @@ def test_a_words_target_holds_the_words_and_the_copying_constraint_copies_them_i
   assert banned[ids["XX"]] and not banned[11] and banned[12]
 
 
+def test_under_copy_the_next_word_scores_what_all_words_together_do():
+  """The input decides which word comes next; the model only whether one does: the next
+  piece gets P(any word piece), the other word pieces nothing, brackets and EOS keep theirs,
+  and the scores still sum to one. Without it, a model unsure which word comes next would
+  rather open another bracket (an early recipe checkpoint opened (QP sixty times)."""
+  import jax
+  c = parsing.constraint_for(PIECES, EOS_ID, copy=True)
+  g = c.start(np.array([[11, 12, 13, 14, EOS_ID]]), 1)
+  g = c.advance(g, np.zeros((1, 1), np.int32), np.array([[PIECES.index("(S")]]))
+  logits = np.random.default_rng(0).normal(size=(1, 1, len(PIECES))).astype(np.float32)
+  p = np.asarray(jax.nn.softmax(logits))[0, 0]
+  q = np.exp(np.asarray(c.rescore(g, logits)))[0, 0]
+  words = [i for i, piece in enumerate(PIECES)  # '<unk>' and the pieces; not XX, no word here
+           if not parsing.is_bracket(piece) and i not in (0, 1, 2) and piece != "XX"]
+  assert q[11] == pytest.approx(p[words].sum(), rel=1e-5)  # '▁the', the input's first piece
+  assert all(q[w] == 0 for w in words if w != 11)
+  brackets = [i for i, piece in enumerate(PIECES) if parsing.is_bracket(piece)] + [EOS_ID]
+  np.testing.assert_allclose(q[brackets], p[brackets], rtol=1e-5)
+  assert q.sum() == pytest.approx(1.0, rel=1e-5)
+  # The paper's form: nothing changes.
+  xx = parsing.constraint_for(PIECES, EOS_ID)
+  assert np.array_equal(np.asarray(xx.rescore(xx.start(np.array([[11, EOS_ID]]), 1), logits)),
+                        logits)
+
+
 # --- scoring as EVALB (COLLINS.prm) -------------------------------------------------------
 
 GOLD = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
