@@ -148,8 +148,11 @@ def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[Mod
 
 def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
                  cfg: ModelConfig | Sequence[ModelConfig], alpha: float,
-                 constraint: Any = None) -> dict[str, Any]:
+                 constraint: Any = None, num_pieces: int | None = None) -> dict[str, Any]:
   """Runs the search until step `end` or until every sentence is done.
+
+  `num_pieces`: the vocabulary's size when it is smaller than the model's output (a corpus
+  whose vocabulary came out smaller than `model.vocab_size`): ids past it are never output.
 
   A cached search may not pass the length of its self-attention caches (`grow_caches`).
   A done sentence's finished hypotheses no longer change, so where a search stops past
@@ -187,6 +190,7 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
     # Tokens a hypothesis may not take next: PAD and BOS; at the length limit all but EOS; EOS
     # before the shortest length.
     banned = ((token_ids == PAD_ID) | (token_ids == BOS_ID)
+              | (token_ids >= (num_pieces or vocab))
               | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
               | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
     if constraint is not None:
@@ -369,9 +373,11 @@ class BeamDecoder:
         search_start, cfg=cfgs, beam_size=decode_cfg.beam_size,
         max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length,
         constraint=constraint)), keyed=(1,))
+    sizes = [c.vocab_size for c in ([cfgs] if isinstance(cfgs, ModelConfig) else cfgs)]
+    pieces = getattr(vocab, "size", None)
     self._steps = parallel.ShapeDispatch(pmap(functools.partial(
-        search_steps, cfg=cfgs, alpha=decode_cfg.alpha, constraint=constraint)),
-        keyed=(1, 2))
+        search_steps, cfg=cfgs, alpha=decode_cfg.alpha, constraint=constraint,
+        num_pieces=pieces if pieces and pieces < min(sizes) else None)), keyed=(1, 2))
     self._grow = parallel.ShapeDispatch(pmap(grow_caches, static_broadcasted_argnums=1),
                                         keyed=(0,), static=(1,))
     self._select = pmap(select_sentences)

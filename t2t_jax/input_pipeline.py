@@ -945,7 +945,20 @@ class Dataset:
             f"{len(self._train_ids)} training pairs, {self.num_filtered} longer than "
             f"{self.cfg.data.max_length} tokens filtered, "
             f"{sum(m['dropped_empty'].values())} empty pairs dropped, vocabulary {self.vocab.size}, "
-            f"{self.steps_per_epoch} steps per epoch, {batching}")
+            f"{self.steps_per_epoch} steps per epoch, {batching}" + self._size_note())
+
+  def _size_note(self) -> str:
+    """A vocabulary that came out smaller than `model.vocab_size` (SentencePiece stops where
+    the corpus runs out of pieces): the model's other output ids are never decoded, but they
+    cost parameters, and label smoothing spreads probability over them."""
+    spare = self.cfg.model.vocab_size - self.vocab.size
+    if spare <= 0:
+      return ""
+    return (f"\nwarning: the vocabulary has {self.vocab.size:,d} pieces, fewer than "
+            f"model.vocab_size={self.cfg.model.vocab_size}: the model's other {spare:,d} "
+            f"output ids are never decoded, but they are parameters and label smoothing "
+            f"spreads probability over them; --set model.vocab_size={self.vocab.size} sizes "
+            f"the model to the vocabulary")
 
 
 def load(cfg: ExperimentConfig, num_devices: int, process_index: int = 0,

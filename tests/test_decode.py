@@ -444,3 +444,28 @@ def test_a_decoder_that_keeps_its_batches_compiles_every_program_ahead(params):
   assert out == make(True).translate(sentences)
   with pytest.raises(ValueError, match="shrink=False"):
     make(True).compile_ahead(sentences)
+
+
+class _SmallVocab(_IdVocab):
+  """12 pieces beside the model's 40 output ids (a corpus whose SentencePiece vocabulary
+  came out smaller than model.vocab_size); decoding an id past them fails as SentencePiece's
+  does."""
+  size = 12
+
+  def decode(self, ids):
+    if any(i >= self.size for i in ids):
+      raise IndexError("piece id is out of range.")
+    return super().decode(ids)
+
+
+def test_a_vocabulary_smaller_than_the_model_never_gets_ids_past_it(params):
+  from t2t_jax.config import DecodeConfig
+  cfg = DecodeConfig(beam_size=3, alpha=0.6, max_extra_length=6)
+  sentences = ["5 6 7", "9 4", "8 8 8 8", "3 10 11", "7"]
+  unlimited = decode.BeamDecoder(params, TINY, cfg, _IdVocab(), max_input_length=8)
+  ids = [i for row in unlimited.nbest_ids(unlimited.encode(sentences)) for h, _ in row for i in h]
+  assert max(ids) >= _SmallVocab.size  # the untrained model does want those ids
+  limited = decode.BeamDecoder(params, TINY, cfg, _SmallVocab(), max_input_length=8)
+  assert len(limited.translate(sentences)) == len(sentences)
+  ids = [i for row in limited.nbest_ids(limited.encode(sentences)) for h, _ in row for i in h]
+  assert max(ids) < _SmallVocab.size
