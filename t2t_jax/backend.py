@@ -52,12 +52,23 @@ def model_path(implementation: str) -> ModelPath:
   return implementation  # type: ignore[return-value]
 
 
+# bf16 tensor cores begin with Ampere (compute capability 8.0: A100, A10, RTX 30xx); V100
+# (7.0), T4 (7.5) and P100 (6.0) have none, and emulate bf16 at no gain over float32.
+BF16_CAPABILITY = (8, 0)
+
+
 def compute_dtype(setting: str) -> str:
-  """`model.dtype` resolved: "auto" is bfloat16 on GPU and TPU, whose matrix units run bf16
-  several times faster than float32 (every speed figure in results/ is bf16), and float32 on
-  CPU, where bf16 gains little without AMX and the paper's arithmetic costs nothing extra."""
+  """`model.dtype` resolved: "auto" is bfloat16 on TPU and on GPUs from Ampere on, whose
+  matrix units run bf16 several times faster than float32 (every speed figure in results/ is
+  bf16); float32 on older GPUs (`BF16_CAPABILITY`: fp16 with loss scaling, as fairseq runs
+  V100s, is not implemented here) and on CPU, where bf16 gains little without AMX and the
+  paper's arithmetic costs nothing extra."""
   if setting == "auto":
-    return "float32" if platform() == "cpu" else "bfloat16"
+    if platform() == "cpu":
+      return "float32"
+    if platform() == "gpu" and (_compute_capability() or BF16_CAPABILITY) < BF16_CAPABILITY:
+      return "float32"
+    return "bfloat16"
   if setting not in ("float32", "bfloat16"):
     raise ValueError(f"model.dtype={setting!r}")
   return setting

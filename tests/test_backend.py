@@ -222,11 +222,16 @@ def test_gpu_xla_flags_are_added_on_gpu_hosts_only_and_never_override_the_user()
   assert "XLA_FLAGS" not in env
 
 
-@pytest.mark.parametrize("platform, auto", [("cpu", "float32"), ("gpu", "bfloat16"),
-                                            ("tpu", "bfloat16")])
-def test_model_dtype_auto_is_bf16_on_accelerators_and_float32_on_cpu(monkeypatch, platform,
-                                                                      auto):
+@pytest.mark.parametrize("platform, capability, auto", [
+    ("cpu", None, "float32"), ("gpu", (9, 0), "bfloat16"), ("gpu", (8, 0), "bfloat16"),
+    ("gpu", (7, 0), "float32"), ("gpu", (7, 5), "float32"), ("gpu", (6, 0), "float32"),
+    ("tpu", None, "bfloat16")])
+def test_model_dtype_auto_is_bf16_where_the_matrix_units_have_it(monkeypatch, platform,
+                                                                 capability, auto):
+  """bf16 on TPU and on GPUs from Ampere (H100 9.0, A100 8.0); float32 on V100 (7.0), T4
+  (7.5) and P100 (6.0), which have no bf16 tensor cores, and on CPU."""
   monkeypatch.setattr(backend, "platform", lambda: platform)
+  monkeypatch.setattr(backend, "_compute_capability", lambda: capability)
   assert backend.compute_dtype("auto") == auto
   assert backend.compute_dtype("float32") == "float32"  # a setting is kept as given
   assert backend.compute_dtype("bfloat16") == "bfloat16"
