@@ -35,7 +35,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   TPU, Open MPI); otherwise all three arguments describe it explicitly.
   """
   if coordinator_address is None:
-    jax.distributed.initialize()
+    try:
+      jax.distributed.initialize()
+    except ValueError as e:  # JAX found no cluster it knows in the environment
+      raise UserError(f"--distributed: no cluster found in this environment (SLURM, Open "
+                      f"MPI, a Cloud TPU slice) ({str(e).splitlines()[0]}); outside one, give "
+                      f"--coordinator_address, --num_processes and --process_id") from None
     if launcher_tasks_on_this_node() == 1 and not os.environ.get("JAX_LOCAL_DEVICE_IDS"):
       # jax's detection gives each launcher task the one GPU of its local rank, which
       # suits one task per GPU; one task per node (slurm_gpu.sbatch) drives all of them.

@@ -36,8 +36,18 @@ def check_supported(path: str, what: str) -> None:
 
 
 def _epath(path: str) -> Any:
+  _check_client(path)
   from etils import epath
   return epath.Path(path)
+
+
+def _check_client(path: str) -> None:
+  """gs:// goes through gcsfs (the `gcs` extra), unless TensorFlow's own client is asked for
+  (EPATH_USE_TF=true): without it, a one-line error instead of an import traceback."""
+  import importlib.util
+  if (str(path).startswith("gs://") and os.environ.get("EPATH_USE_TF", "").lower() != "true"
+      and importlib.util.find_spec("gcsfs") is None):
+    raise UserError(f"{path}: gs:// paths need gcsfs: pip install -e \".[gcs]\"")
 
 
 def normalize(path: str) -> str:

@@ -43,6 +43,9 @@ def test_set_overrides_reach_the_model():
 
 BAD_INPUT = [
     (["--experiment=nope"], "unknown experiment 'nope'; valid names: base_ende"),
+    (["--experiment=demo", "--mode=train", "--workdir=/tmp/t2t_jax_no_cluster", "--distributed"],
+     "--distributed: no cluster found in this environment (SLURM, Open MPI, a Cloud TPU "
+     "slice)"),
     (["--experiment=base_ende", "--set", "model.d_modle=3"],
      "unknown config key 'model.d_modle'; did you mean model.d_model"),
     (["--experiment=base_ende", "--set", "model.d_model=big"],

@@ -52,3 +52,16 @@ def test_a_local_log_appends_each_line_at_once(tmp_path):
   log.append([LINE])
   assert path.read_text() == LINE  # before any flush
 
+
+
+def test_a_bucket_path_without_gcsfs_is_one_line_naming_the_extra(monkeypatch):
+  import importlib.util
+  import pytest
+  from t2t_jax.errors import UserError
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: None if name == "gcsfs" else real(name, *a))
+  monkeypatch.delenv("EPATH_USE_TF", raising=False)
+  with pytest.raises(UserError, match=r'gs://b/run: gs:// paths need gcsfs: pip install -e '
+                                      r'"\.\[gcs\]"'):
+    storage.exists("gs://b/run")
