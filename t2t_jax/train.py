@@ -516,7 +516,14 @@ class Progress:
 
   def __init__(self):
     self.pending: list[dict[str, jax.Array]] = []
-    self.tokens, self.loss, self.since = 0.0, 0.0, time.time()
+    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, time.time()
+    self._uncounted = 0
+
+  def started(self) -> None:
+    """The first step has run: the first window starts here, without it, after compiling
+    (which would otherwise count as training time in the first line's tok/s and ETA)."""
+    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, time.time()
+    self._uncounted = len(self.pending)  # the first step's metrics: logged, not timed
 
   def pace(self) -> None:
     """Before a step is dispatched: at most two steps in flight, so the devices always have
@@ -531,23 +538,26 @@ class Progress:
     training with the last good checkpoint named."""
     fetched = [{k: parallel.first(v) for k, v in m.items()} for m in self.pending]
     self.pending = []
+    counted, self._uncounted = fetched[self._uncounted:], 0
     bad = int(parallel.first(state.bad_step))
     if bad >= 0:
       good = ckpt.steps()[-1] if ckpt.steps() else None
       where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
       raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
                       f"is {where} (try a lower learning rate or float32)")
-    self.tokens += sum(float(m["tokens"]) for m in fetched)
-    self.loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+    self.tokens += sum(float(m["tokens"]) for m in counted)
+    self.loss += sum(float(m["loss"]) * float(m["tokens"]) for m in counted)
+    self.steps += len(counted)
     return fetched
 
-  def window(self) -> tuple[float, float, float]:
-    """(seconds, tokens/s, mean loss) of the window since the last line; a new one starts.
-    The mean is token-weighted: a single step's loss jumps with its row length."""
+  def window(self) -> tuple[float, float, float, int]:
+    """(seconds, tokens/s, mean loss, steps) of the window since the last line; a new one
+    starts. The mean is token-weighted: a single step's loss jumps with its row length."""
     now = time.time()
     seconds = now - self.since
-    out = (seconds, self.tokens / max(seconds, 1e-9), self.loss / max(self.tokens, 1e-9))
-    self.tokens, self.loss, self.since = 0.0, 0.0, now
+    out = (seconds, self.tokens / max(seconds, 1e-9), self.loss / max(self.tokens, 1e-9),
+           self.steps)
+    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, now
     return out
 
 
@@ -732,11 +742,17 @@ def train_loop(run: Run, state: TrainState, batches: parallel.Prefetcher,
       break
     run.progress.pace()
     run.profiler.before(step)
+    dispatched = time.time()
     state, metrics = run.programs.train_step(state, batch, run.run_key,
                                              run.clock.factor_on_devices())
     run.profiler.after(step, state)
     run.progress.pending.append(metrics)
     run.saver.started()  # checkpoints by time count from the first step, compiled
+    if step == run.start.step + 1:
+      jax.block_until_ready(metrics["loss"])
+      print(f"step {step} ran in {time.time() - dispatched:.1f}s; progress lines time the "
+            f"steps after it", flush=True)
+      run.progress.started()
     due = due_actions(run, step)
     shape = batch_shapes(batch)  # without compiling ahead, each shape's first step compiles
     if run.stats.compiled_ahead or shape in shapes_seen:
@@ -815,10 +831,9 @@ def log_line(run: Run, step: int, fetched: list[dict[str, Any]],
              ) -> dict[str, Any]:
   """The progress line and its metrics.jsonl values; a new log window starts."""
   t, clock = run.cfg.train, run.clock
-  seconds, tok_s, loss_mean = run.progress.window()
+  seconds, tok_s, loss_mean, steps = run.progress.window()
   host = run.stats.window(seconds, batches, compiles)
-  trained = time.time() - clock.start
-  eta = trained / (step - run.start.step) * (t.steps - step)
+  eta = seconds / max(steps, 1) * (t.steps - step)  # at this window's pace
   elapsed = clock.elapsed()  # wall-clock training time across resumes
   if clock.budget:
     eta = max(0.0, min(eta, clock.budget - elapsed))
@@ -826,6 +841,7 @@ def log_line(run: Run, step: int, fetched: list[dict[str, Any]],
   values = {"loss": float(last["loss"]), "nll": float(last["nll"]),
             "loss_mean": round(loss_mean, 5), "learning_rate": float(last["learning_rate"]),
             "tokens_per_sec": round(tok_s, 1), "elapsed_sec": round(elapsed, 3),
+            "eta_sec": round(eta, 1),
             "time": round(time.time(), 3), **host}
   if clock.budget_spent:
     print(f"time budget of {t.max_train_minutes:g} min reached at step {step}", flush=True)

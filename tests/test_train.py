@@ -1727,3 +1727,21 @@ def test_a_step_folder_in_a_bucket_without_its_commit_marker_is_no_checkpoint(tm
   assert not bookkeeping.has_checkpoints(str(tmp_path))
   (tmp_path / "checkpoints" / "1" / checkpoints.COMMIT_MARKER).write_text("done")
   assert bookkeeping.has_checkpoints(str(tmp_path))
+
+
+def test_the_first_progress_line_times_steps_not_compiling(tmp_path, monkeypatch, capsys):
+  """Compiling takes 10 minutes and every step one (`_MinuteClock`): the first line, at step
+  5, gives the pace of steps 2-5 (a minute each), not of the launch's 14 minutes over 5
+  steps: its ETA is 15 minutes for the 15 steps left, and its tok/s those steps' tokens
+  over their 4 minutes."""
+  _MinuteClock(monkeypatch)
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 20, "train.log_every_steps": 5, "train.checkpoint_every_steps": 20,
+      "train.checkpoint_every_minutes": 0, "train.final_eval": False,
+      "train.eval_every_steps": 20})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+  assert first["step"] == 5 and first["eta_sec"] == pytest.approx(15 * 60.0)
+  steady = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[1])
+  assert first["tokens_per_sec"] == pytest.approx(steady["tokens_per_sec"], rel=0.2)
+  assert "step 1 ran in" in capsys.readouterr().out
