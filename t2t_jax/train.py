@@ -304,7 +304,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
   start = start_state(cfg, optimizer, ckpt, workdir, ds, fresh, recorded)
   startup.mark("state")  # parameters and optimiser state, made or restored
   print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
-        f"{ds.num_devices} device(s), {cfg.model.dtype} compute, {t.tokens_per_step:,d} "
+        f"{ds.num_devices} device(s) ({jax.devices()[0].device_kind}, "
+        f"{jax.default_backend()}), {cfg.model.dtype} compute, {t.tokens_per_step:,d} "
         f"tokens per step per side, "
         f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
         f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
