@@ -188,8 +188,8 @@ def with_compute_dtype(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   """`cfg` with `model.dtype=auto` resolved: the dtype the workdir's run trained in once it
   has a committed checkpoint (a resumed run keeps its arithmetic on whatever machine resumes
   it, and eval, translate and score compute as it trained and was finally evaluated), else
-  the backend's (bfloat16 on GPU and TPU, float32 on CPU): a first run that ended before its
-  first checkpoint pins nothing."""
+  the backend's (`backend.compute_dtype`): a first run that ended before its first
+  checkpoint pins nothing."""
   from t2t_jax import backend
   if cfg.model.dtype != "auto":
     return cfg

@@ -546,13 +546,25 @@ class TreeConstraint:
             "depth": jnp.zeros((b, k), jnp.int32), "words": jnp.zeros((b, k), jnp.int32),
             "prev": jnp.zeros((b, k), jnp.int32)}
 
+  def _kinds(self, width: int) -> Any:
+    """[width] the kind of each id of the model's output (ids past the vocabulary: other)."""
+    import jax.numpy as jnp
+    return jnp.asarray(self.kind + (self.OTHER,) * max(0, width - len(self.kind)), jnp.int32)
+
+  @staticmethod
+  def _next_piece(g: dict[str, Any]) -> Any:
+    """[b, k] the input piece each hypothesis places next under `copy`."""
+    import jax.numpy as jnp
+    src = g["src"]
+    return jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1), axis=1)
+
   def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
     """[b, k, width]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
     EOS). `width`: the model's output size, which may exceed the vocabulary's (ids past it
     are banned)."""
     import jax.numpy as jnp
     pad = max(0, (width or len(self.kind)) - len(self.kind))
-    kind = jnp.asarray(self.kind + (self.OTHER,) * pad, jnp.int32)[None, None, :]
+    kind = self._kinds(len(self.kind) + pad)[None, None, :]
     label = jnp.asarray(self.label + (0,) * pad, jnp.int32)[None, None, :]
     depth, words, prev = g["depth"][..., None], g["words"][..., None], g["prev"][..., None]
     n = g["n_words"][:, None, None]
@@ -564,10 +576,8 @@ class TreeConstraint:
     need = lambda d, w: (n - w) + d
     # With `copy`: the input's next piece, and whether a word ends before it (brackets go
     # only between words).
-    src = g["src"]
     if self.copy:
-      nxt = jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1),
-                                axis=1)[..., None]
+      nxt = self._next_piece(g)[..., None]
       starts = jnp.asarray(self.word_start, jnp.int32)
       between = (words >= n) | (starts[nxt] == 1)
     else:
@@ -594,16 +604,13 @@ class TreeConstraint:
     if not self.copy:
       return logits
     width = logits.shape[-1]
-    pad = max(0, width - len(self.kind))
-    kind = jnp.asarray(self.kind + (self.OTHER,) * pad, jnp.int32)
+    kind = self._kinds(width)
     ids = jnp.arange(width)
     word = (kind == self.OTHER) & (ids != PAD_ID) & (ids != BOS_ID) & (ids < len(self.kind))
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     slot = jax.nn.logsumexp(jnp.where(word, logp, -jnp.inf), axis=-1, keepdims=True)
-    src = g["src"]
-    nxt = jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1), axis=1)
     out = jnp.where(word, -jnp.inf, logp)
-    return jnp.where(ids == nxt[..., None], slot, out)
+    return jnp.where(ids == self._next_piece(g)[..., None], slot, out)
 
   def advance(self, g: dict[str, Any], beams: Any, tokens: Any) -> dict[str, Any]:
     """The grammar state after hypotheses `beams` [b, m] took `tokens` [b, m]."""
@@ -703,8 +710,8 @@ class TreeVocabulary:
     # A word as the sentence side encodes it, so that the decoder can copy it.
     pieces = iter(self._base.encode_many([s for symbols in split for s in symbols
                                           if not is_bracket(s)]))
-    return [[i for s in symbols for i in ([self._ids[s]] if is_bracket(s) and s in self._ids
-                                          else [UNK_ID] if is_bracket(s) else next(pieces))]
+    return [[i for s in symbols
+             for i in ([self._ids.get(s, UNK_ID)] if is_bracket(s) else next(pieces))]
             for symbols in split]
 
   def decode(self, ids: Iterable[int]) -> str:
