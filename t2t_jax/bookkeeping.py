@@ -224,6 +224,14 @@ def with_recorded_data(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   return _with_recorded(cfg, workdir, "data")
 
 
+def with_recorded_average(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
+  """`cfg` with the averaging settings the workdir was trained with (for a command that
+  gives none: training kept `average.last` checkpoints for averaging, and a run trained with
+  `--set average.last=N` is averaged and evaluated without repeating it)."""
+  recorded = checkpoints.recorded_config(workdir)
+  return cfg if recorded is None else dataclasses.replace(cfg, average=recorded.average)
+
+
 def check_init_from(cfg: ExperimentConfig) -> None:
   """`train.init_from` names a trained run of the same parameter shapes."""
   source = cfg.train.init_from

@@ -253,8 +253,9 @@ def main(argv: list[str]) -> None:
   storage.check_supported(FLAGS.workdir, "--workdir")  # s3:// and the like: what works
   workdir = storage.normalize(FLAGS.workdir)  # gs:// kept as it is, never a folder named gs:
   start_distributed()
-  use_compilation_cache(workdir)
   from t2t_jax import bookkeeping, checkpoints, input_pipeline
+  if FLAGS.mode == "train" or checkpoints.committed_steps(workdir):
+    use_compilation_cache(workdir)  # not into a workdir that holds no run
   damaged = checkpoints.damaged_run_info(workdir)
   if damaged and FLAGS.mode != "train":  # training moves it aside and records anew
     print(f"warning: {storage.join(workdir, checkpoints.RUN_INFO)} is damaged ({damaged}); "
@@ -268,6 +269,8 @@ def main(argv: list[str]) -> None:
                     for k in set_keys)  # how it computes may change in any mode
   if FLAGS.mode != "train" and not gives_model:
     cfg = bookkeeping.with_recorded_model(cfg, workdir)
+  if FLAGS.mode != "train" and not any(k.startswith("average.") for k in set_keys):
+    cfg = bookkeeping.with_recorded_average(cfg, workdir)
   cfg = bookkeeping.with_compute_dtype(cfg, workdir)
   validate(cfg)  # what depends on the resolved dtype
   if FLAGS.mode in ("train", "eval"):  # the modes that read the corpus; the others read

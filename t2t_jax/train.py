@@ -513,18 +513,19 @@ class Saver:
 
 class Progress:
   """The metrics of the steps dispatched since the last action, and the log window's sums:
-  the token-weighted mean loss and tokens/s of the progress line."""
+  the token-weighted mean loss of its steps, and the tokens/s of the steps it timed."""
 
   def __init__(self):
     self.pending: list[dict[str, jax.Array]] = []
-    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, time.time()
-    self._uncounted = 0
+    self.tokens, self.steps, self.since = 0.0, 0, time.time()  # timed
+    self.loss, self.loss_tokens = 0.0, 0.0                     # every step's
+    self._untimed = 0
 
   def started(self) -> None:
-    """The first step has run: the first window starts here, without it, after compiling
-    (which would otherwise count as training time in the first line's tok/s and ETA)."""
-    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, time.time()
-    self._uncounted = len(self.pending)  # the first step's metrics: logged, not timed
+    """The first step has run: the first window's clock starts here, after compiling (which
+    would otherwise count as training time in the first line's tok/s and ETA); the first
+    step's loss still counts in its mean, its time and tokens not in its rate."""
+    self.since, self._untimed = time.time(), len(self.pending)
 
   def pace(self) -> None:
     """Before a step is dispatched: at most two steps in flight, so the devices always have
@@ -539,16 +540,17 @@ class Progress:
     training with the last good checkpoint named."""
     fetched = [{k: parallel.first(v) for k, v in m.items()} for m in self.pending]
     self.pending = []
-    counted, self._uncounted = fetched[self._uncounted:], 0
+    timed, self._untimed = fetched[self._untimed:], 0
     bad = int(parallel.first(state.bad_step))
     if bad >= 0:
       good = ckpt.steps()[-1] if ckpt.steps() else None
       where = f"checkpoint {good} in {ckpt.directory}" if good is not None else "no checkpoint"
       raise UserError(f"non-finite loss at step {bad}; stopped. The last good checkpoint "
                       f"is {where} (try a lower learning rate or float32)")
-    self.tokens += sum(float(m["tokens"]) for m in counted)
-    self.loss += sum(float(m["loss"]) * float(m["tokens"]) for m in counted)
-    self.steps += len(counted)
+    self.tokens += sum(float(m["tokens"]) for m in timed)
+    self.steps += len(timed)
+    self.loss += sum(float(m["loss"]) * float(m["tokens"]) for m in fetched)
+    self.loss_tokens += sum(float(m["tokens"]) for m in fetched)
     return fetched
 
   def window(self) -> tuple[float, float, float, int]:
@@ -556,9 +558,10 @@ class Progress:
     starts. The mean is token-weighted: a single step's loss jumps with its row length."""
     now = time.time()
     seconds = now - self.since
-    out = (seconds, self.tokens / max(seconds, 1e-9), self.loss / max(self.tokens, 1e-9),
-           self.steps)
-    self.tokens, self.loss, self.steps, self.since = 0.0, 0.0, 0, now
+    out = (seconds, self.tokens / max(seconds, 1e-9),
+           self.loss / max(self.loss_tokens, 1e-9), self.steps)
+    self.tokens, self.steps, self.since = 0.0, 0, now
+    self.loss, self.loss_tokens = 0.0, 0.0
     return out
 
 
