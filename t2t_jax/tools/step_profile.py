@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from typing import Any, Callable, Iterable
 
 # The named scopes around the output layer (with its loss) and the optimiser.
@@ -168,7 +169,10 @@ def kernel_events(planes: Iterable[Any], instructions: dict[str, Instruction]
       if line.name in DERIVED_LINES:
         continue
       for e in line.events:
-        stats = dict(e.stats)
+        with warnings.catch_warnings():  # the profiler's bindings on Python 3.13+, not ours
+          warnings.filterwarnings("ignore", r"builtin type .* has no __module__",
+                                  DeprecationWarning)
+          stats = dict(e.stats)
         op = stats.get("hlo_op", e.name)
         if op in instructions:
           found.append(KernelEvent(str(op), e.name, int(e.start_ns), int(e.duration_ns),
