@@ -1,4 +1,4 @@
-"""BLEU two ways, both against the raw reference text (REFERENCE.md, "How the paper's BLEU was computed").
+"""BLEU two ways, both against the raw reference text.
 
 * `sacrebleu`: detokenized, cased sacreBLEU with its 13a tokenizer, reported with
   its signature: the comparable figure.

@@ -49,7 +49,7 @@ QUICK_ROWS, QUICK_LENGTH = 16, 16
 DECODE_SENTENCES, DECODE_LENGTH, DECODE_EXTRA = 256, 32, 50
 
 # Dense bf16 datasheet rates (FLOP/s), and what an 8192^3 bf16 product measured on machines
-# like ours (REFERENCE.md: 769-798 TFLOP/s on H100 and H200). A peak read well below the
+# like ours (769-798 TFLOP/s on H100 and H200 SXM). A peak read well below the
 # measured reference is reported as suspect instead of being divided by.
 DATASHEET_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12,
                   "A10": 125e12, "L4": 121e12}
