@@ -351,6 +351,7 @@ def test_a_missing_treebank_is_one_line(tmp_path):
   assert run.stderr.strip().splitlines()[-1].startswith("error: ptb:")
 
 
+@pytest.mark.long
 def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
   """The whole path on a hand-made treebank: training, eval's EVALB figures and tree files,
   and --mode=translate printing one tree per line."""

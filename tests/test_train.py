@@ -311,6 +311,7 @@ def _losses(workdir):
     return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
 
 
+@pytest.mark.long
 def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   """A run killed after a checkpoint and restarted equals an uninterrupted run, bit for bit."""
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
