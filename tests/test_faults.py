@@ -193,6 +193,7 @@ def test_corrupt_newest_checkpoint_is_moved_aside_and_previous_used(reference, t
   _assert_same_run(workdir, reference[:3])
 
 
+@pytest.mark.long
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
   workdir = tmp_path / "run"
   assert _run(workdir, **{"train.steps": 10}).returncode == 0

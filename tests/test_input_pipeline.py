@@ -311,6 +311,7 @@ def test_two_processes_preparing_one_cache_at_once_both_use_the_first_landed(tmp
   assert leftovers == []
 
 
+@pytest.mark.long
 def test_a_workdir_keeps_its_vocabulary(tmp_path):
   """Training copies the vocabulary into WORKDIR; translate then needs no data cache, and a
   cache holding another vocabulary is a one-line error instead of wrong token ids."""

@@ -101,6 +101,7 @@ def test_lr_factor_is_exactly_a_scaled_learning_rate():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.long
 def test_eight_devices_equal_one_device_and_accumulation_equals_big_batch_with_dropout():
   if jax.local_device_count() < 8:
     pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
@@ -143,6 +144,7 @@ def _packed_batch(rng, rows, src_length, tgt_length, vocab):
   return {"inputs": side(src_length, counts), "targets": side(tgt_length, counts)}
 
 
+@pytest.mark.long
 def test_packed_steps_are_equal_on_one_and_eight_devices_and_with_accumulation():
   """The layout equalities of the bucketed step, for packed rows of other source and target
   lengths, with dropout."""
@@ -158,6 +160,7 @@ def test_packed_steps_are_equal_on_one_and_eight_devices_and_with_accumulation()
   _assert_trees_close(_one_step(cfg, shaped(8, 2, 2), 8), one_big, atol=1e-6)
 
 
+@pytest.mark.long
 def test_a_packed_pipeline_batch_gives_each_pair_the_loss_and_gradient_it_has_alone():
   """A real packed step of the demo corpus against the same pairs one to a row: the summed
   NLL, the token count and the gradient agree (dropout off)."""
@@ -1376,6 +1379,7 @@ def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(
   assert "compiling from the state's shapes failed" not in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_path, capsys):
   """The search is compiled before step 1 only when the run has a dev BLEU step left: a run
   resumed past its last one compiles the steps alone."""
@@ -1395,6 +1399,7 @@ def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_p
   assert "step       4 | dev sacreBLEU" in out
 
 
+@pytest.mark.long
 def test_a_fine_tuned_run_resumes_from_its_own_checkpoint_not_its_source(tmp_path):
   """A fine-tuning run (`train.init_from`) stopped and started again goes on from its own
   newest checkpoint: its step counter, parameters and optimiser state, not the source's
@@ -1499,6 +1504,7 @@ def test_a_shape_that_compiling_ahead_missed_is_counted_in_the_loop(tmp_path, mo
   assert rows[-1]["compiles_after_warmup"] >= 1
 
 
+@pytest.mark.long
 def test_model_dtype_auto_is_recorded_resolved_and_a_resume_keeps_the_recorded_one(tmp_path,
                                                                                   capsys):
   """`model.dtype=auto` is float32 on this CPU (bfloat16 on GPU and TPU: the GPU-paths test

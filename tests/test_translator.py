@@ -81,6 +81,7 @@ def test_translate_on_a_terminal_answers_each_line_as_it_is_entered(trained):
     os.close(controller)
 
 
+@pytest.mark.long
 def test_nbest_lines_and_pair_scores_agree_with_the_model(trained, tmp_path):
   """--nbest=K prints K `INDEX<TAB>SCORE<TAB>TRANSLATION` lines per input, best first, the
   first the plain translation. --mode=score gives log p(target | source) as one teacher-forced
