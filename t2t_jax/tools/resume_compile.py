@@ -12,7 +12,6 @@ step 35-41 s on an H200), so the saving there is larger in seconds: measure it t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -56,8 +55,8 @@ def timed_command(workdir: str, steps: int, cache: str) -> dict[str, Any]:
 
 
 def losses(workdir: str) -> dict[int, float]:
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
+  from t2t_jax.tools import plot
+  return {r["step"]: r["loss"] for r in plot.read_metrics(workdir) if "loss" in r}
 
 
 def main(argv: list[str]) -> None:
