@@ -49,7 +49,7 @@ CLUSTER_ENV = "T2T_JAX_CLUSTER_TESTS"
 OBJECT_STORE_ENV = "T2T_JAX_OBJECT_STORE_TESTS"
 
 
-# End-to-end runs of half a minute or more each on 2 cores (signals and resumes, sweeps, an
+# End-to-end runs of about half a minute or more each on 2 cores (signals and resumes, sweeps, an
 # ensemble, the demo's loss curve in bf16): CI runs them as their own command, for the same reason.
 LONG_ENV = "T2T_JAX_LONG_TESTS"
 
@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
   skip = pytest.mark.skip(reason=f"a multi-process or cluster test: {CLUSTER_ENV}=1 python -m "
                                  f"pytest -q tests/test_multihost.py tests/test_launchers.py "
                                  f"runs them (CI does)")
-  long = pytest.mark.skip(reason=f"an end-to-end run of half a minute or more: {LONG_ENV}=1 "
+  long = pytest.mark.skip(reason=f"an end-to-end run of about half a minute or more: {LONG_ENV}=1 "
                                  f"python -m pytest -q -n 2 -m long tests runs them (CI does)")
   object_store = pytest.mark.skip(
       reason=f"a run in a bucket: needs a local GCS server and gcsfs (pip install -e "
@@ -90,7 +90,7 @@ def pytest_configure(config):
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
   config.addinivalue_line("markers", f"object_store: a workdir in a gs:// bucket on a local "
                           f"GCS server; skipped unless {OBJECT_STORE_ENV}=1")
-  config.addinivalue_line("markers", f"long: an end-to-end run of half a minute or more; "
+  config.addinivalue_line("markers", f"long: an end-to-end run of about half a minute or more; "
                           f"skipped unless {LONG_ENV}=1")
   config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "
                           "whose modules are listed; skipped, naming it, where they are missing")
