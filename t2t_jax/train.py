@@ -303,31 +303,37 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
                                   spacing=retention.Spacing.of(cfg))
   start = start_state(cfg, optimizer, ckpt, workdir, ds, fresh, recorded)
   startup.mark("state")  # parameters and optimiser state, made or restored
-  print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
-        f"{ds.num_devices} device(s) ({jax.devices()[0].device_kind}, "
-        f"{jax.default_backend()}), {cfg.model.dtype} compute, {t.tokens_per_step:,d} "
-        f"tokens per step per side, "
-        f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
-        f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
-        f"steps, workdir {workdir}", flush=True)
-  run = Run.make(cfg, ds, ckpt, optimizer, workdir, start)
-  # Shapes first: the batches' thread below then has the data set to itself.
-  train_shapes, eval_shapes = run.shapes_to_compile()
-  batches = parallel.Prefetcher(ds.batch, start.step, t.prefetch_batches,
-                                place=functools.partial(parallel.shard,
-                                                        n_devices=ds.num_devices),
-                                stop_requested=run.stop_requested)
-  try:
-    with bookkeeping.StopRequest() as stop, bookkeeping.CompileCounter() as compiles:
-      run.stop = stop
-      state = compile_ahead(run, train_shapes, eval_shapes, startup)
-      check_memory(run, state)
-      state = train_loop(run, state, batches, compiles)
-      finish(run, state, compiles)
-  finally:
-    batches.close()
-    ckpt.close()
-    run.metrics_log.close()
+  # From here on every process of a job goes on to the training loop, where the processes
+  # agree on a stop: a signal to one of them alone is a request that the loop carries out
+  # for all (before here, it ends this process's command at once, see `main`).
+  with bookkeeping.StopRequest() as stop:
+    print(f"experiment {cfg.name}: {model.count_params(start.shapes.params):,d} parameters, "
+          f"{ds.num_devices} device(s) ({jax.devices()[0].device_kind}, "
+          f"{jax.default_backend()}), {cfg.model.dtype} compute, {t.tokens_per_step:,d} "
+          f"tokens per step per side, "
+          f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
+          f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
+          f"steps, workdir {workdir}", flush=True)
+    run = Run.make(cfg, ds, ckpt, optimizer, workdir, start)
+    run.stop = stop
+    try:
+      # Shapes first: the batches' thread below then has the data set to itself.
+      train_shapes, eval_shapes = run.shapes_to_compile()
+      batches = parallel.Prefetcher(ds.batch, start.step, t.prefetch_batches,
+                                    place=functools.partial(parallel.shard,
+                                                            n_devices=ds.num_devices),
+                                    stop_requested=run.stop_requested)
+      try:
+        with bookkeeping.CompileCounter() as compiles:
+          state = compile_ahead(run, train_shapes, eval_shapes, startup)
+          check_memory(run, state)
+          state = train_loop(run, state, batches, compiles)
+          finish(run, state, compiles)
+      finally:
+        batches.close()
+    finally:
+      ckpt.close()
+      run.metrics_log.close()
   host = parallel.unreplicate(state)
   return host, run.stop.signal_name, int(host.step) >= t.steps or run.clock.budget_spent
 

@@ -59,8 +59,9 @@ def _task_pids(marker: str) -> list[int]:
 
 
 def _stop_one_task_once_training(proc, marker: str) -> str:
-  """Reads the job's output until both tasks train, then sends SIGTERM to one task alone
-  (one host preempted); returns the output read."""
+  """Reads the job's output until both tasks have announced the run (from then on a signal
+  is a stop their loops agree on), then sends SIGTERM to one task alone (one host
+  preempted); returns the output read."""
   out, ready = "", 0
   for line in proc.stdout:
     out += line
@@ -69,7 +70,6 @@ def _stop_one_task_once_training(proc, marker: str) -> str:
     ready += line.count("parameters, 4 device(s)")
     if ready >= 2:
       break
-  time.sleep(3)
   pids = _task_pids(marker)
   assert len(pids) == 2, (pids, out[-2000:])
   os.kill(pids[-1], signal.SIGTERM)
@@ -255,12 +255,11 @@ def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slur
                             text=True)
     job = proc.stdout.readline().strip().split(";")[0]
     log = tmp_path / f"job-{job}.out"
-    if stop:  # once both tasks train, SIGTERM to the job's steps (not its batch shell)
+    if stop:  # once both tasks announce the run, SIGTERM to the job's steps (not its shell)
       deadline = time.time() + TIMEOUT
       while (not log.exists() or log.read_text().count("parameters, 4 device(s)") < 2):
         assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
         time.sleep(1)
-      time.sleep(3)
       subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True)
     _, err = proc.communicate(timeout=TIMEOUT)
     out = log.read_text() if log.exists() else ""

@@ -587,6 +587,29 @@ def test_an_input_error_stops_training_with_that_error(tmp_path, monkeypatch):
   assert time.time() - start < 120
 
 
+def test_a_sigterm_once_the_run_is_announced_is_a_stop_request_not_an_exit(tmp_path,
+                                                                           monkeypatch):
+  """From the line that announces the run (its parameters) a SIGTERM is the loop's to carry
+  out: in a job of several processes the loop stops all of them at one step, while a
+  process that left before its loop alone leaves the others in a collective until its
+  timeout (a test sent the signal between that line and the loop and the job failed)."""
+  import signal
+  from t2t_jax import main
+  real = train.Run.shapes_to_compile
+
+  def signalled(self):  # the signal lands between the announcement and the loop
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(self)
+
+  monkeypatch.setattr(train.Run, "shapes_to_compile", signalled)
+  cfg = tiny_cfg(**{"train.steps": 20, "train.checkpoint_every_steps": 100,
+                    "train.final_eval": False, "data.max_length": 32})
+  with main._sigterm_stops():  # the command's own handler around training
+    _, stopped_by, finished = train.train_and_evaluate(cfg, str(tmp_path))
+  assert stopped_by == "SIGTERM" and not finished
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
+
+
 def test_prefetcher_yields_in_order_then_raises_the_producers_error():
   def produce(step):
     if step == 13:
