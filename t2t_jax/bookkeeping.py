@@ -302,7 +302,7 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
           f"its settings are recorded there again", file=sys.stderr, flush=True)
   elif resumed:
     check_run_info(cfg, workdir)
-    old = json.loads(storage.read_text(path))
+    old = checkpoints.run_info(workdir)  # read by `check_run_info` just before: no download
     history = old.get("history", [])
     before = old["config"].get("train", {})
     changed = {k: [before.get(k), getattr(cfg.train, k)] for k in UPDATE_FIELDS

@@ -9,7 +9,9 @@ that the older ones, kept for averaging, keep their parameters alone.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -437,10 +439,22 @@ RUN_INFO = "experiment.json"  # what a workdir was trained with, written when tr
 
 def _read_run_info(workdir: str) -> tuple[dict[str, Any] | None, str | None]:
   """(WORKDIR/experiment.json, None), or (None, why it cannot be used) when it is damaged
-  (truncated, not JSON, or missing its fields), or (None, None) when there is none."""
+  (truncated, not JSON, or missing its fields), or (None, None) when there is none.
+
+  Many parts of a command ask (the workdir check, the dtype, the vocabulary, the
+  translator); the file is read once per version of it: in a bucket each read is a
+  download. A rewrite (a new size or time) is read again."""
   path = storage.join(workdir, RUN_INFO)
   if not storage.exists(path):
     return None, None
+  info, damaged = _parsed_run_info(path, storage.stamp(path))
+  return copy.deepcopy(info), damaged
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_run_info(path: str, stamp: str) -> tuple[dict[str, Any] | None, str | None]:
+  """`_read_run_info` of the file at `path` as it is at `stamp` (a pure function of both)."""
+  del stamp  # the cache's key only
   try:
     info = json.loads(storage.read_text(path))
     if not isinstance(info, dict) or not isinstance(info.get("experiment"), str) or not all(
@@ -451,7 +465,7 @@ def _read_run_info(workdir: str) -> tuple[dict[str, Any] | None, str | None]:
   return info, None
 
 
-def _run_info(workdir: str) -> dict[str, Any] | None:
+def run_info(workdir: str) -> dict[str, Any] | None:
   """WORKDIR/experiment.json as written when training started, or None before that (or
   when it is damaged: `damaged_run_info` says why; the command's settings stand in)."""
   return _read_run_info(workdir)[0]
@@ -469,7 +483,7 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
   A field added to the configs since that run is absent from its record; its default is
   the old behaviour, so it is filled in.
   """
-  info = _run_info(workdir)
+  info = run_info(workdir)
   if info is None:
     return None
   sections = {"model": ModelConfig, "data": DataConfig}
@@ -480,7 +494,7 @@ def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | N
 def recorded_config(workdir: str) -> ExperimentConfig | None:
   """The whole config a workdir was trained with (fields added since filled with their
   defaults, fields since removed ignored), or None before its first run."""
-  info = _run_info(workdir)
+  info = run_info(workdir)
   if info is None:
     return None
   sections = {}
@@ -517,7 +531,7 @@ def average(workdir: str, last: int, like_state: Any,
   steps = ckpt.average_window(last)
   if not steps:
     raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
-  kept_by_training = (_run_info(workdir) or {}).get("config", {}).get("average", {}).get("last")
+  kept_by_training = (run_info(workdir) or {}).get("config", {}).get("average", {}).get("last")
   if len(steps) < last and isinstance(kept_by_training, int) and kept_by_training < last:
     ckpt.close()
     raise UserError(f"average.last={last}, but training kept {kept_by_training} checkpoints "

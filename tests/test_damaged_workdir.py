@@ -209,6 +209,29 @@ def test_a_damaged_workdir_file_works_or_is_one_line(trained, tmp_path, capsys, 
     assert record_before in kept
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_each_command_reads_the_workdirs_record_once(trained, tmp_path, capsys, monkeypatch,
+                                                     mode):
+  """experiment.json is asked for by the workdir check, the dtype, the vocabulary and the
+  translator: it was parsed 5-7 times a command, each a download in a bucket."""
+  from t2t_jax import storage
+  trained, dataset = trained
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir)
+  reads, read_text = [], storage.read_text
+
+  def counted(path):
+    if str(path).endswith(checkpoints.RUN_INFO):
+      reads.append(path)
+    return read_text(path)
+
+  monkeypatch.setattr(storage, "read_text", counted)
+  checkpoints._parsed_run_info.cache_clear()  # as a new command's process starts
+  code, _, err = run_main(_args(workdir, mode, tmp_path, dataset), capsys)
+  assert code == 0, err[-3000:]
+  assert len(reads) == 1, reads
+
+
 def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
     trained, tmp_path, capsys):
   """Issue 51: a workdir with checkpoints and no experiment.json (deleted, or copied
