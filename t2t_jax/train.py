@@ -938,9 +938,11 @@ def run_average(cfg: ExperimentConfig, workdir: str) -> str:
   """`--mode=average`: mean of the last `average.last` checkpoints into WORKDIR/averaged."""
   optimizer = optim.make_optimizer(cfg)
   like = jax.eval_shape(lambda: init_state(cfg, optimizer))
+  # The checkpoints were written (and marked for averaging) on the schedule training ran: the
+  # record's, which this command need not repeat.
+  spacing = retention.Spacing.of(checkpoints.recorded_config(workdir) or cfg)
   try:
-    out, steps = checkpoints.average(workdir, cfg.average.last, like,
-                                     retention.Spacing.of(cfg))
+    out, steps = checkpoints.average(workdir, cfg.average.last, like, spacing)
   except FileNotFoundError as e:
     raise UserError(str(e)) from None
   fewer = (f" (fewer than average.last={cfg.average.last}: all the run has)"

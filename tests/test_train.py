@@ -1732,6 +1732,21 @@ def test_raising_average_last_past_what_training_kept_is_refused(tmp_path, capsy
   assert _averaged(tmp_path) == [6, 8]
 
 
+def test_averaging_spaces_by_the_schedule_training_ran_not_the_commands(tmp_path):
+  """`--mode=average` need not repeat training's `--set train.*`: the checkpoints were
+  written every 2 steps, and a command with the default schedule (every 1,400) took 6 and 8
+  as 0.001 spacings apart and averaged 8 alone."""
+  cfg = override(tiny_cfg(**FAST_DATA), {
+      "train.steps": 8, "train.checkpoint_every_steps": 2, "train.checkpoint_every_minutes": 0,
+      "average.last": 2, "train.final_eval": False, "train.eval_every_steps": 8})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  from t2t_jax.config import TrainConfig
+  command = override(cfg, {"train.checkpoint_every_steps":
+                           TrainConfig().checkpoint_every_steps})
+  train.run_average(command, str(tmp_path))
+  assert _averaged(tmp_path) == [6, 8]
+
+
 def test_an_async_save_prunes_only_once_the_new_checkpoint_is_committed(tmp_path):
   """While checkpoint 3 is written in the background, 1 and 2 stay whole: a kill then leaves
   two checkpoints to resume from, not one and a temporary folder."""
