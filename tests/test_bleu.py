@@ -33,3 +33,18 @@ def test_tokenized_bleu_rewards_compound_parts():
   refs = ["Das ist eine Schritt-für-Schritt-Anleitung ."]
   hyps = ["Das ist eine Schritt-für-Schritt-Hilfe ."]
   assert bleu.tokenized_bleu(hyps, refs, "de") > bleu.sacrebleu_score(hyps, refs)[0]
+
+
+def test_french_hyphens_are_not_split_as_german_compounds():
+  """Only German's compounds are split (the paper's English->German recipe): a French
+  hypothesis scores as BLEU on its Moses tokens alone ('peut-être' one token; split, its
+  halves and the ##AT## marker would earn n-gram credit of their own)."""
+  import sacrebleu
+  refs, hyps = ["C'est peut-être vrai."], ["C'est peut-être faux."]
+  tokens = lambda lines: bleu.moses_tokenize(lines, "fr")
+  assert tokens(hyps) == ["C' est peut-être faux ."]
+  plain = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
+      tokens(hyps), [tokens(refs)]).score
+  assert bleu.tokenized_bleu(hyps, refs, "fr") == pytest.approx(plain)
+  assert bleu.tokenized_bleu(hyps, refs, "fr") != pytest.approx(
+      bleu.tokenized_bleu(hyps, refs, "de"))
