@@ -29,29 +29,36 @@ def _target_lang(cfg: ExperimentConfig, ds: Any) -> str:
 
 
 def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = None,
-             samples: int = 0, ds: Any = None, ensemble: Sequence[str] = ()) -> dict[str, dict]:
+             samples: int = 0, ds: Any = None, ensemble: Sequence[str] = (),
+             test_data: ExperimentConfig | None = None) -> dict[str, dict]:
   """Decodes each split, writes WORKDIR/eval/<split>.hyp and .json, prints its figures: both
   BLEUs for translation; for a parser EVALB's (COLLINS.prm), with the predicted trees in
   <split>.trees and the gold ones in <split>.gold, ready for a user's own EVALB run.
 
   A run of `ensemble.members` models decodes with all of them. With `ensemble` (other
   workdirs) the outputs go to WORKDIR/eval/ensemble/ instead, so this run's figures stay.
+  `test_data` (the run's config with another `data.dataset`): `splits` are that source's,
+  their outputs in WORKDIR/eval/<its name>/. Each record names its data source and split.
   """
   ds = ds or input_pipeline.load(cfg, num_devices=1)
   dirs = translator.model_dirs(cfg, workdir, ensemble)
   input_pipeline.check_vocab(dirs, ds.directory)
   decoder, label = translator.load_decoder(cfg, dirs, ds.vocab)
-  out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "")
+  out_dir = os.path.join(workdir, "eval", "ensemble" if ensemble else "",
+                         input_pipeline.source_label(test_data) if test_data else "")
+  data = input_pipeline.source_description(test_data or cfg)
   storage.makedirs(out_dir)
   lang = _target_lang(cfg, ds)
   task = tasks.for_config(cfg)
   results = {}
   for split in splits or evaluation_splits(cfg):
-    sources, refs = ds.raw(split)
+    sources, refs = (input_pipeline.held_out_text(test_data, split) if test_data
+                     else ds.raw(split))
     start = time.time()
     mbr_note = f", MBR temperature {cfg.decode.mbr_temperature}" if cfg.decode.mbr else ""
-    print(f"decoding {split}: {len(sources)} sentences (beam {cfg.decode.beam_size}, "
-          f"alpha {cfg.decode.alpha}{mbr_note}) with {label}", flush=True)
+    print(f"decoding {split} of {data}: {len(sources)} sentences (beam "
+          f"{cfg.decode.beam_size}, alpha {cfg.decode.alpha}{mbr_note}) with {label}",
+          flush=True)
     hyps = decoder.translate(sources)
     seconds = time.time() - start
     figures = task.score(sources, hyps, refs, lang)
@@ -61,7 +68,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
       if f"_{name}" in figures:
         storage.write_atomic(os.path.join(out_dir, f"{split}.{name}"),
                              "".join(t + "\n" for t in figures.pop(f"_{name}")))
-    result = {"split": split, "task": task.name, **figures,
+    result = {"split": split, "data": data, "task": task.name, **figures,
               "checkpoint": _portable(label, workdir), "dtype": cfg.model.dtype,
               "num_sentences": len(hyps),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,

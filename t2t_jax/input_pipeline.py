@@ -208,6 +208,32 @@ def resolve_source(cfg: ExperimentConfig) -> Source:
   return source
 
 
+def source_label(cfg: ExperimentConfig) -> str:
+  """The data source's name without a machine's folders (a folder's last part; a tfds or
+  hf name, '/' as '_'): the folder of `--test_data`'s eval outputs."""
+  spec = cfg.data.dataset
+  if spec == "demo":
+    return "demo"
+  source = data_sources.parse_spec(spec)
+  name = storage.basename(storage.normalize(source.name)) if source.kind in (
+      "folder", "ptb") else source.name.replace("/", "_")
+  return f"{source.kind}_{name}"
+
+
+def source_description(cfg: ExperimentConfig) -> str:
+  """What an eval record names as its data: the spec, a folder by its last part."""
+  spec = cfg.data.dataset
+  if spec == "demo":
+    return spec
+  source = data_sources.parse_spec(spec)
+  if source.kind == "ptb":
+    return f"ptb:.../{storage.basename(storage.normalize(source.name))}"
+  if source.kind == "folder":
+    return (f"folder:.../{storage.basename(storage.normalize(source.name))}"
+            f":{source.src_lang}-{source.tgt_lang}")
+  return spec
+
+
 # Common names of the dev and test splits in local folders (tfds uses validation/test).
 SPLIT_ALIASES = {"dev_split": ("validation", "valid", "dev", "newstest2013", "dev2010"),
                  "test_split": ("test", "newstest2014", "test2016", "tst2010")}

@@ -48,6 +48,10 @@ flags.DEFINE_enum("format", "huggingface", ["huggingface"], "export: the format 
                   "(huggingface: a MarianMT folder for transformers and CTranslate2).")
 flags.DEFINE_string("splits", None, "eval: comma-separated splits to decode (default: the dev "
                     "and test splits); e.g. the dev split alone while tuning decoding.")
+flags.DEFINE_string("test_data", None, "eval: another data source (folder:DIR[:SRC-TGT], "
+                    "tfds:..., hf:...) whose --splits are decoded with this run, e.g. "
+                    "newstest2015 or FLORES for a run trained from tfds; its figures go to "
+                    "WORKDIR/eval/<the source's name>/.")
 flags.DEFINE_list("ensemble", [], "eval, translate, score: other workdirs (comma-separated) whose "
                   "models decode together with --workdir's, averaging their probabilities.")
 flags.DEFINE_string("compilation_cache", "auto", "Where compiled programs are kept across "
@@ -97,23 +101,32 @@ def eval_splits(cfg: ExperimentConfig, raw: str | None) -> list[str]:
   known = evaluation_splits(cfg)
   if not raw:
     return known
-  from t2t_jax import input_pipeline
+  splits = _split_names(raw)
+  if cfg.data.train_split in splits:
+    raise UsageError(f"--splits={raw}: {cfg.data.train_split} is the training split; "
+                     f"evaluation decodes held-out splits")
+  _check_present(cfg, raw, [s for s in splits if s not in known])
+  return splits
+
+
+def _split_names(raw: str) -> list[str]:
   splits = [s.strip() for s in raw.split(",") if s.strip()]
   if not splits:
     raise UsageError(f"--splits={raw!r} names no split")
   for s in splits:
     if not is_split_name(s):
       raise UsageError(f"--splits: {s!r} is not a split name (letters, digits, '.', '_', '-')")
-  if cfg.data.train_split in splits:
-    raise UsageError(f"--splits={raw}: {cfg.data.train_split} is the training split; "
-                     f"evaluation decodes held-out splits")
-  others = [s for s in splits if s not in known]
-  present = input_pipeline.source_splits(cfg) if others else None
-  missing = [s for s in others if present is not None and s not in present]
+  return splits
+
+
+def _check_present(cfg: ExperimentConfig, raw: str, splits: list[str]) -> None:
+  """A folder source has `splits` (tfds and hf say so when read)."""
+  from t2t_jax import input_pipeline
+  present = input_pipeline.source_splits(cfg) if splits else None
+  missing = [s for s in splits if present is not None and s not in present]
   if missing:
     raise UsageError(f"--splits={raw}: {', '.join(missing)} is not a split of "
                      f"{cfg.data.dataset} (it has {', '.join(present)})")
-  return splits
 
 
 def check_paths(cfg: ExperimentConfig) -> None:
@@ -277,7 +290,11 @@ def main(argv: list[str]) -> None:
     cfg = input_pipeline.resolve_splits(cfg)  # only the workdir
   if FLAGS.splits and FLAGS.mode != "eval":
     raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
-  splits = eval_splits(cfg, FLAGS.splits)
+  if FLAGS.test_data:
+    test_data = test_data_config(cfg, FLAGS.test_data, FLAGS.splits)
+    splits = _split_names(FLAGS.splits)
+  else:
+    test_data, splits = None, eval_splits(cfg, FLAGS.splits)
   if FLAGS.mode != "train":
     if not storage.isdir(workdir):
       raise UserError(f"no such workdir: {workdir} (train first with python -m t2t_jax.main "
@@ -289,10 +306,34 @@ def main(argv: list[str]) -> None:
     run_train(cfg, workdir)
   else:  # one-host work: in a multi-host job, process 0's while the others wait
     from t2t_jax import parallel
-    parallel.process_zero_only(lambda: run_mode(cfg, workdir, splits), f"run --mode={FLAGS.mode}")
+    parallel.process_zero_only(lambda: run_mode(cfg, workdir, splits, test_data),
+                               f"run --mode={FLAGS.mode}")
 
 
-def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str]) -> None:
+def test_data_config(cfg: ExperimentConfig, spec: str, raw_splits: str | None
+                     ) -> ExperimentConfig:
+  """`--test_data`: the run's config reading its held-out text from `spec` instead (the run's
+  own data settings, which its checkpoints are checked against, stay). The source is in the
+  run's direction (a folder without one is read in it), and its `--splits` exist."""
+  from t2t_jax import data_sources, input_pipeline
+  if FLAGS.mode != "eval":
+    raise UsageError(f"--test_data is for --mode=eval, not --mode={FLAGS.mode}")
+  if not raw_splits:
+    raise UsageError("--test_data needs --splits: which of its splits to decode")
+  run = input_pipeline.resolve_source(cfg)
+  given = data_sources.spec_languages(spec)
+  if given is None and spec.startswith("folder:"):
+    spec, given = f"{spec}:{run.src_lang}-{run.tgt_lang}", (run.src_lang, run.tgt_lang)
+  if given is not None and given != (run.src_lang, run.tgt_lang):
+    raise UsageError(f"--test_data={spec} is {given[0]}->{given[1]}; the run translates "
+                     f"{run.src_lang}->{run.tgt_lang}")
+  test_cfg = override(cfg, {"data.dataset": spec})
+  _check_present(test_cfg, raw_splits, _split_names(raw_splits))
+  return test_cfg
+
+
+def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str],
+             test_data: ExperimentConfig | None = None) -> None:
   """Every mode but training, on this process's devices."""
   if FLAGS.mode == "average":
     from t2t_jax import train, translator
@@ -300,7 +341,8 @@ def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str]) -> None:
       train.run_average(cfg, member)
   elif FLAGS.mode == "eval":
     from t2t_jax import inference
-    inference.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble)
+    inference.run_eval(cfg, workdir, samples=3, splits=splits, ensemble=FLAGS.ensemble,
+                       test_data=test_data)
   elif FLAGS.mode == "translate":
     from t2t_jax import inference
     inference.run_translate(cfg, workdir, FLAGS.input, FLAGS.output, ensemble=FLAGS.ensemble,

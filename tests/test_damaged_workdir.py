@@ -4,7 +4,8 @@ checkpoint or a line of history (issue 51's sweep: before it, 22 of the first 84
 but --mode=attention's, ended in a traceback or dropped a torn line of metrics.jsonl).
 
 The command runs in this process (`main`'s own flag parsing and error handling), so that the
-98 cases cost a fraction of 98 interpreter starts.
+98 cases cost a fraction of 98 interpreter starts. Other commands on the same trained workdir
+run here too: the record read once a command, another corpus's test sets decoded.
 """
 
 import contextlib
@@ -230,6 +231,42 @@ def test_each_command_reads_the_workdirs_record_once(trained, tmp_path, capsys, 
   code, _, err = run_main(_args(workdir, mode, tmp_path, dataset), capsys)
   assert code == 0, err[-3000:]
   assert len(reads) == 1, reads
+
+
+def test_eval_decodes_another_sources_test_set_beside_the_runs_own(trained, tmp_path,
+                                                                    capsys):
+  """`--test_data`: a run evaluated on another corpus's test set (newstest2015 for a run
+  trained from tfds) without its data settings changing: the figures go to eval/<source>/,
+  the run's own eval/ stays, and the record names the source, split and line count."""
+  from t2t_jax import data_sources
+  trained, dataset = trained
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir)
+  own = {p.name: p.read_bytes() for p in (workdir / "eval").iterdir() if p.is_file()}
+  other = tmp_path / "news"
+  other.mkdir()
+  src, tgt = data_sources.DEMO_SRC, data_sources.DEMO_TGT
+  demo = Path(dataset.split(":")[1])
+  for lang in (src, tgt):
+    lines = (demo / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:7]
+    (other / f"newstest2015.{lang}").write_text("".join(l + "\n" for l in lines))
+  args = [a for a in _args(workdir, "eval", tmp_path, dataset)]
+  code, out, err = run_main(args + [f"--test_data=folder:{other}", "--splits=newstest2015"],
+                            capsys)
+  assert code == 0, err[-3000:]
+  record = json.loads((workdir / "eval" / "folder_news" / "newstest2015.json").read_text())
+  assert record["data"] == f"folder:.../news:{src}-{tgt}" and record["num_sentences"] == 7
+  assert record["split"] == "newstest2015" and "BLEU" in out
+  assert {p.name: p.read_bytes() for p in (workdir / "eval").iterdir() if p.is_file()} == own
+
+  for extra, message in (([f"--test_data=folder:{other}"], "--test_data needs --splits"),
+                         ([f"--test_data=folder:{other}:{tgt}-{src}", "--splits=newstest2015"],
+                          f"the run translates {src}->{tgt}"),
+                         ([f"--test_data=folder:{other}", "--splits=newstest2016"],
+                          "newstest2016 is not a split of")):
+    code, _, err = run_main(args + extra, capsys)
+    errors = [l for l in err.splitlines() if l.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and message in errors[0], (extra, err[-2000:])
 
 
 def test_training_a_workdir_whose_record_is_gone_resumes_and_records_it_again(
