@@ -291,8 +291,7 @@ def main(argv: list[str]) -> None:
   if FLAGS.splits and FLAGS.mode != "eval":
     raise UsageError(f"--splits is for --mode=eval, not --mode={FLAGS.mode}")
   if FLAGS.test_data:
-    test_data = test_data_config(cfg, FLAGS.test_data, FLAGS.splits)
-    splits = _split_names(FLAGS.splits)
+    test_data, splits = test_data_config(cfg, FLAGS.test_data, FLAGS.splits)
   else:
     test_data, splits = None, eval_splits(cfg, FLAGS.splits)
   if FLAGS.mode != "train":
@@ -311,10 +310,11 @@ def main(argv: list[str]) -> None:
 
 
 def test_data_config(cfg: ExperimentConfig, spec: str, raw_splits: str | None
-                     ) -> ExperimentConfig:
+                     ) -> tuple[ExperimentConfig, list[str]]:
   """`--test_data`: the run's config reading its held-out text from `spec` instead (the run's
-  own data settings, which its checkpoints are checked against, stay). The source is in the
-  run's direction (a folder without one is read in it), and its `--splits` exist."""
+  own data settings, which its checkpoints are checked against, stay), and the `--splits` to
+  decode. The source is in the run's direction (a folder without one is read in it), and
+  has those splits."""
   from t2t_jax import data_sources, input_pipeline
   if FLAGS.mode != "eval":
     raise UsageError(f"--test_data is for --mode=eval, not --mode={FLAGS.mode}")
@@ -327,9 +327,9 @@ def test_data_config(cfg: ExperimentConfig, spec: str, raw_splits: str | None
   if given is not None and given != (run.src_lang, run.tgt_lang):
     raise UsageError(f"--test_data={spec} is {given[0]}->{given[1]}; the run translates "
                      f"{run.src_lang}->{run.tgt_lang}")
-  test_cfg = override(cfg, {"data.dataset": spec})
-  _check_present(test_cfg, raw_splits, _split_names(raw_splits))
-  return test_cfg
+  test_cfg, splits = override(cfg, {"data.dataset": spec}), _split_names(raw_splits)
+  _check_present(test_cfg, raw_splits, splits)
+  return test_cfg, splits
 
 
 def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str],
