@@ -31,8 +31,9 @@ def attention_weights(params: Any, cfg: ModelConfig, src: list[int], tgt: list[i
 
 
 def plot(params: Any, cfg: ModelConfig, vocab: Any, src: list[int], tgt: list[int],
-         layer: int, path: str, title: str = "") -> str:
-  """Writes a PNG grid: one row per attention kind, one column per head."""
+         layer: int, path: Any, title: str = "", image_format: str | None = None) -> Any:
+  """Writes an image grid (PNG unless `image_format` or the file name says otherwise) to
+  `path`, a file name or a binary file: one row per attention kind, one column per head."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -59,7 +60,7 @@ def plot(params: Any, cfg: ModelConfig, vocab: Any, src: list[int], tgt: list[in
   if title:
     fig.suptitle(title, fontsize=9)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, format=image_format)
   plt.close(fig)
   return path
 

@@ -348,9 +348,9 @@ def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:
     storage.remove(probe)
   except OSError as e:
     raise UserError(f"cannot write to workdir {workdir}: {e.strerror or e}") from None
-  if storage.is_remote(workdir):
+  free = storage.free_bytes(workdir)
+  if free is None:
     return  # a bucket has no free space to check
-  free = shutil.disk_usage(workdir).free
   one = checkpoint_bytes(cfg)
   if free < 2 * one:  # the checkpoint being written next to the newest complete one
     if created:

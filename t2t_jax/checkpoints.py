@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import json
 import os
-import shutil
 import sys
 import time
 from typing import Any
@@ -169,14 +168,8 @@ class Checkpointer:
     a checkpoint whole or stripped, never half of an item. (A bucket has no atomic move: its
     objects are deleted in place, and a checkpoint stripped half-way is not among the newest,
     which resuming reads.)"""
-    if storage.is_remote(path):
-      storage.rmtree(path)
-      return
-    aside = os.path.join(os.path.dirname(self.directory), DISCARD)
-    os.makedirs(aside, exist_ok=True)
-    target = unused_name(os.path.join(aside, os.path.basename(os.path.dirname(path))))
-    os.replace(path, target)
-    shutil.rmtree(aside, ignore_errors=True)
+    storage.discard_tree(path, os.path.join(os.path.dirname(self.directory), DISCARD),
+                         os.path.basename(os.path.dirname(path)))
 
   def restore(self, step: int, like: Any) -> Any:
     """Checkpoint `step` in the shapes of `like` (a training state). The stored shapes are
@@ -551,20 +544,14 @@ def average(workdir: str, last: int, like_state: Any,
     total = params if total is None else jax.tree_util.tree_map(np.add, total, params)
   mean = jax.tree_util.tree_map(lambda x: (x / len(steps)).astype(np.float32), total)
   out = averaged_dir(workdir)
-  tmp = out + ".tmp"
-  # Locally the new average is written beside the old and renamed into place. A bucket has
-  # no rename: the average is written in place, averaged.json last, and an average without
-  # it is damaged (inference says so and asks for --mode=average), never half-used.
-  if storage.is_remote(out):
-    tmp = out
-  storage.rmtree(tmp)
-  with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)) as writer:
-    writer.save(storage.join(tmp, "params"), mean)
-  storage.write_atomic(storage.join(tmp, "averaged.json"), json.dumps(
-      {"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}))
-  if tmp != out:
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+  # Written beside the old average and renamed into place; in a bucket (no rename) in place,
+  # averaged.json last: an average without it is damaged (inference says so and asks for
+  # --mode=average), never half-used.
+  with storage.replacing_folder(out) as tmp:
+    with ocp.StandardCheckpointer(multiprocessing_options=processes(alone=True)) as writer:
+      writer.save(storage.join(tmp, "params"), mean)
+    storage.write_atomic(storage.join(tmp, "averaged.json"), json.dumps(
+        {"steps": steps, "identity": {str(s): ckpt.identity(s) for s in steps}}))
   ckpt.close()
   return out, steps
 
@@ -578,9 +565,8 @@ def _why_average_is_stale(record: dict[str, Any], ckpt: Checkpointer) -> str | N
   for step, ident in identity.items():
     if int(step) not in steps:  # deleted, or pruned by newer checkpoints
       return f"checkpoint {step} is gone"
-    if isinstance(ident, list) and not storage.is_remote(ckpt.directory):  # recorded before
-      # 2026-11-27: [inode, mtime]; a copy keeps
-      now = os.stat(os.path.join(ckpt.directory, str(step))).st_mtime_ns  # the mtime
+    if isinstance(ident, list):  # recorded before 2026-11-27: [inode, mtime]; a copy keeps
+      now = storage.mtime_ns(storage.join(ckpt.directory, str(step)))  # the mtime
       if now != ident[1]:
         return f"checkpoint {step} was rewritten since (a new training run)"
       continue

@@ -495,17 +495,3 @@ def profile_range(spec: str) -> tuple[int, int] | None:
     raise ConfigError(f"train.profile_steps: expected START:END with 1 <= START <= END "
                       f"(e.g. 100:105), got {spec!r}")
   return first, last
-
-
-def resolve_init_from(cfg: ExperimentConfig) -> ExperimentConfig:
-  """`train.init_from` as an absolute path, and the vocabulary it implies: a fine-tuned run
-  tokenises with the vocabulary of the run it starts from unless `data.vocab_from` says
-  otherwise."""
-  import os
-  t, d = cfg.train, cfg.data
-  if not t.init_from:
-    return cfg
-  source = t.init_from.rstrip("/") if "://" in t.init_from else os.path.abspath(
-      os.path.expanduser(t.init_from))
-  return dataclasses.replace(cfg, train=dataclasses.replace(t, init_from=source),
-                             data=dataclasses.replace(d, vocab_from=d.vocab_from or source))

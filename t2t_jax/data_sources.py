@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any, Iterator
 
-from t2t_jax.errors import UserError, check_input_dir
+from t2t_jax.errors import UserError
 
 
 class DataError(UserError):
@@ -77,7 +77,7 @@ def parse_spec(spec: str) -> Source:
   if not storage.isdir(path):
     raise DataError(f"dataset folder not found: {path} (use --dataset=folder:PATH with "
                     f"files named <split>.<lang>)")
-  check_input_dir(path, f"--dataset={spec}")
+  storage.check_input_dir(path, f"--dataset={spec}")
   if pair:
     src, tgt = pair.split("-", 1)
   else:
@@ -96,9 +96,8 @@ def _treebank_source(spec: str, rest: str) -> Source:
   """`ptb:PATH[+EXTRA...]`: the WSJ treebank's `.mrg` files under PATH (LDC's layout or
   flat), then folders or files of extra training trees (a semi-supervised corpus)."""
   from t2t_jax import parsing, storage
-  if any(storage.is_remote(p) for p in rest.split("+")):
-    raise DataError(f"{spec}: a treebank is read from a local folder; copy it to this machine "
-                    f"(its WSJ trees are tens of MB)")
+  storage.require_local(rest.split("+"), f"{spec}: a treebank is read from a local folder; "
+                        f"copy it to this machine (its WSJ trees are tens of MB)", DataError)
   paths = [os.path.abspath(os.path.expanduser(p)) for p in rest.split("+")]
   for path in paths:
     if not os.path.exists(path):

@@ -223,19 +223,12 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
   params, label = loaded
   from t2t_jax import storage
   spm_path = input_pipeline.local_vocab(spm_path)  # SentencePiece reads local files
-  remote = storage.is_remote(output)
   output = storage.normalize(output)
   if storage.exists(output) and storage.listdir(output):
     raise UserError(f"export: {output} exists and is not empty; give a new --output")
   # Built in a local folder; then renamed into place, or, for a bucket, its files uploaded
   # with config.json last (transformers reads a folder from its config).
-  if remote:
-    import tempfile
-    tmp = os.path.join(tempfile.mkdtemp(), "export")
-  else:
-    tmp = data_sources.temporary_name(output)
-  os.makedirs(tmp)
-  try:
+  with storage.replacing_folder(output, build_locally=True, last=("config.json",)) as tmp:
     src_lang, tgt_lang = data_sources.spec_languages(cfg.data.dataset) or ("src", "tgt")
     vocab_size = tokenizer_files(spm_path, tmp, src_lang, tgt_lang, cfg.model.vocab_size)
     if vocab_size > cfg.model.vocab_size:
@@ -254,16 +247,4 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
       json.dump({"workdir": workdir, "experiment": cfg.name, "parameters": label,
                  "start_row": cfg.model.vocab_size,
                  "layer_norm_epsilon": {"t2t_jax": 1e-6, "marian": 1e-5}}, f, indent=2)
-    if remote:
-      names = sorted(os.listdir(tmp), key=lambda n: n == "config.json")
-      for name in names:
-        storage.copy(os.path.join(tmp, name), storage.join(output, name))
-      shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
-    else:
-      if os.path.exists(output):
-        os.rmdir(output)  # empty, checked above
-      os.replace(tmp, output)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   return f"exported {label} of {workdir} to {output} (MarianMT, {len(state)} tensors)"

@@ -9,7 +9,6 @@ decode with an ensemble of several workdirs' models (`--ensemble`).
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import json
 import math
@@ -147,22 +146,9 @@ def _output(output_path: str | None):
     yield sys.stdout
     sys.stdout.flush()
     return
-  if storage.is_remote(output_path):  # written whole at the end, one object write
-    buffer = io.StringIO()
-    yield buffer
-    storage.write_atomic(output_path, buffer.getvalue())
-    return
-  folder = os.path.dirname(os.path.abspath(output_path))
-  if not os.path.isdir(folder):
-    raise UserError(f"--output: no such folder: {folder}")
-  tmp = f"{output_path}.tmp-{os.getpid()}"
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      yield f
-    os.replace(tmp, output_path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  storage.check_output_file(output_path, "--output")
+  with storage.writing(output_path) as f:
+    yield f
 
 
 class _Progress:
@@ -260,13 +246,11 @@ def run_attention(cfg: ExperimentConfig, workdir: str, sentence: str | None, lay
   hyp = decoder.translate_ids([src])[0]
   path = output or os.path.join(workdir, "attention", f"layer{layer}.png")
   title = f"{sentence}  ->  {vocab.decode(hyp)}   ({label})"
-  if storage.is_remote(path):  # drawn into memory, then one object write
-    image = io.BytesIO()
-    attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, image, title)
-    storage.write_atomic(path, image.getvalue())
-  else:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, path, title)
+  storage.makedirs(storage.dirname(storage.normalize(path)))
+  kind = os.path.splitext(path)[1].lstrip(".").lower() or "png"  # what the name asks for
+  with storage.writing(path, binary=True) as image:
+    attention_plot.plot(params, cfg.model, vocab, src, hyp + [EOS_ID], layer, image, title,
+                        image_format=kind)
   print(f"translation: {vocab.decode(hyp)}")
   print(f"wrote {path}")
   return path

@@ -60,12 +60,8 @@ def local_data_dir(cfg: ExperimentConfig) -> str:
   """The local folder prepared data is read from: the data folder itself, or, for one in a
   bucket (gs://), this machine's mirror of it (token ids are memory-mapped, which needs a
   local file)."""
-  root = cfg.data.data_dir or default_data_dir()
-  if not storage.is_remote(root):
-    return root
-  import hashlib
-  return os.path.join(os.path.expanduser(LOCAL_CACHE), "mirrors",
-                      hashlib.sha256(root.encode()).hexdigest()[:12])
+  return storage.local_mirror(cfg.data.data_dir or default_data_dir(),
+                              os.path.expanduser(LOCAL_CACHE))
 
 
 def tfds_data_dir(cfg: ExperimentConfig) -> str | None:
@@ -75,7 +71,7 @@ def tfds_data_dir(cfg: ExperimentConfig) -> str | None:
   For a folder in a bucket, this machine's mirror of it: tfds writes gs:// through
   TensorFlow's own client, and only the prepared data, which is uploaded, is read again."""
   named = cfg.data.data_dir or os.environ.get("T2T_JAX_DATA_DIR") or None
-  return local_data_dir(cfg) if named and storage.is_remote(named) else named
+  return local_data_dir(cfg) if named else None  # the folder named, or its mirror
 
 
 def _splits_key(cfg: ExperimentConfig) -> str:
@@ -488,8 +484,7 @@ def prepared_dir(cfg: ExperimentConfig) -> str:
   source = resolve_source(cfg)
   out_dir = _prepared_dir(cfg, source)
   root = cfg.data.data_dir or default_data_dir()
-  remote = (storage.join(root, os.path.relpath(out_dir, local_data_dir(cfg)))
-            if storage.is_remote(root) else None)
+  remote = storage.mirrored(root, os.path.relpath(out_dir, local_data_dir(cfg)))
   if remote and not os.path.exists(os.path.join(out_dir, "meta.json")) and storage.exists(
       storage.join(remote, "meta.json")):
     _download(remote, out_dir)
@@ -559,15 +554,8 @@ def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:
             + ("whose vocabulary has the recorded sha256" if expected else
                "which this run's data settings built (no sha256 was recorded to check)"),
             file=sys.stderr, flush=True)
-  if storage.is_remote(ours):  # an object write is atomic: no temporary name
-    storage.write_atomic(ours + ".sha256", file_sha256(cached) + "\n")
-    storage.copy(cached, ours)
-    return
-  tmp = data_sources.temporary_name(ours)
-  shutil.copyfile(cached, tmp)
-  with open(ours + ".sha256", "w") as f:
-    f.write(file_sha256(tmp) + "\n")
-  os.replace(tmp, ours)
+  storage.write_atomic(ours + ".sha256", file_sha256(cached) + "\n")
+  storage.copy_atomic(cached, ours)
 
 
 def recorded_vocab_sha256(workdir: str) -> str | None:

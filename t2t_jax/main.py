@@ -9,6 +9,7 @@ Bad input is a one-line `error: ...` on stderr with exit code 2.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -19,10 +20,10 @@ import time
 from absl import app, flags, logging
 
 from t2t_jax import hostmem
-from t2t_jax.errors import UserError, check_input_dir, check_input_file, check_output_file
+from t2t_jax.errors import UserError
 from t2t_jax.config import (COMPUTE_FIELDS, ExperimentConfig, evaluation_splits,
                             final_eval_splits, is_split_name, override, parse_set_flags,
-                            resolve_init_from, validate)
+                            validate)
 
 MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export",
          "prepare")
@@ -76,6 +77,19 @@ def fail(message: str) -> None:
   """Prints a one-line error and exits 2 (bad input, nothing done)."""
   print(f"error: {message}", file=sys.stderr)
   sys.exit(2)
+
+
+def resolve_init_from(cfg: ExperimentConfig) -> ExperimentConfig:
+  """`train.init_from` as an absolute path, and the vocabulary it implies: a fine-tuned run
+  tokenises with the vocabulary of the run it starts from unless `data.vocab_from` says
+  otherwise."""
+  from t2t_jax import storage
+  t, d = cfg.train, cfg.data
+  if not t.init_from:
+    return cfg
+  source = storage.normalize(t.init_from)
+  return dataclasses.replace(cfg, train=dataclasses.replace(t, init_from=source),
+                             data=dataclasses.replace(d, vocab_from=d.vocab_from or source))
 
 
 def load_config(experiment: str | None, sets: list[str], dataset: str | None) -> ExperimentConfig:
@@ -134,28 +148,17 @@ def check_paths(cfg: ExperimentConfig) -> None:
   one is a one-line error, not a traceback after seconds of work."""
   mode = FLAGS.mode
   from t2t_jax import storage
-  for flag in ("input", "output"):
-    if FLAGS[flag].value and storage.is_remote(FLAGS[flag].value):
-      storage.check_supported(FLAGS[flag].value, f"--{flag}")
-  if FLAGS.input and storage.is_remote(FLAGS.input) and not storage.isfile(FLAGS.input):
-    raise UsageError(f"--input: no such object: {FLAGS.input}")
-  for other in FLAGS.ensemble:
-    if storage.is_remote(other):
-      storage.check_supported(other, "--ensemble")
-      if not storage.isdir(other):
-        raise UsageError(f"--ensemble: no such folder: {other}")
-  if "://" not in FLAGS.workdir and os.path.exists(FLAGS.workdir) and not os.path.isdir(
-      FLAGS.workdir):
+  storage.check_supported(FLAGS.workdir, "--workdir")  # s3:// and the like: what works
+  if storage.isfile(FLAGS.workdir):
     raise UsageError(f"--workdir={FLAGS.workdir} is a file, not a directory")
   if FLAGS.input and mode in ("translate", "score"):
-    check_input_file(FLAGS.input, "--input")
+    storage.check_input_file(FLAGS.input, "--input")
   if FLAGS.output and mode in ("translate", "score", "attention"):
-    check_output_file(FLAGS.output, "--output")
-  if FLAGS.output and mode == "export" and os.path.exists(FLAGS.output) and not os.path.isdir(
-      FLAGS.output):
+    storage.check_output_file(FLAGS.output, "--output")
+  if FLAGS.output and mode == "export" and storage.isfile(FLAGS.output):
     raise UsageError(f"--output={FLAGS.output} is a file; export writes a folder")
   for other in FLAGS.ensemble:
-    check_input_dir(other, "--ensemble")
+    storage.check_input_dir(other, "--ensemble")
   from t2t_jax import input_pipeline
   if mode in ("train", "eval"):  # the modes that prepare data into the data folder
     folder = cfg.data.data_dir or input_pipeline.default_data_dir()
@@ -263,7 +266,6 @@ def main(argv: list[str]) -> None:
     raise UsageError(f"--workdir is required for --mode={FLAGS.mode}")
   check_paths(cfg)
   from t2t_jax import storage
-  storage.check_supported(FLAGS.workdir, "--workdir")  # s3:// and the like: what works
   workdir = storage.normalize(FLAGS.workdir)  # gs:// kept as it is, never a folder named gs:
   start_distributed()
   from t2t_jax import bookkeeping, checkpoints, input_pipeline

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Callable
 
 from t2t_jax.config import ExperimentConfig, SweepRow
-from t2t_jax.errors import check_input_file
+from t2t_jax.storage import check_input_file
 
 GROUP = "t2t_jax.experiments"
 BUILTIN = ("paper", "table3", "cpu_recipes", "parsing", "demo")  # modules of t2t_jax.configs

@@ -95,13 +95,7 @@ def log_file(folder: str) -> str:
   """Where a run's output is streamed: FOLDER/train.log, or, for a folder in a bucket (which
   cannot be appended to), a local file that `keep_log` uploads there when the run ends."""
   from t2t_jax import storage
-  if not storage.is_remote(folder):
-    return os.path.join(folder, "train.log")
-  import hashlib
-  import tempfile
-  local = os.path.join(tempfile.gettempdir(), "t2t_jax_logs")
-  os.makedirs(local, exist_ok=True)
-  return os.path.join(local, hashlib.sha256(folder.encode()).hexdigest()[:16] + ".log")
+  return storage.local_log(folder, "train.log")
 
 
 def keep_log(folder: str, log: str) -> None:

@@ -13,9 +13,11 @@ or TensorFlow's gfile where TensorFlow is installed and EPATH_USE_TF is not fals
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from t2t_jax.errors import UserError
 
@@ -84,6 +86,16 @@ def isfile(path: str) -> bool:
     p = _epath(path)
     return p.exists() and not p.is_dir()
   return os.path.isfile(path)
+
+
+def mtime_ns(path: str) -> int:
+  """Nanoseconds since the epoch of the last write."""
+  return int(_epath(path).stat().mtime * 1e9) if is_remote(path) else os.stat(path).st_mtime_ns
+
+
+def free_bytes(path: str) -> int | None:
+  """Free space on the disk holding `path`; None in a bucket, which has no such limit."""
+  return None if is_remote(path) else shutil.disk_usage(path).free
 
 
 def mtime(path: str) -> float:
@@ -275,3 +287,197 @@ def local_copy(path: str, cache_dir: str) -> str:
   os.replace(target + ".tmp", target)
   return target
 
+
+
+def require_local(paths: Sequence[str], message: str, error: type = UserError) -> None:
+  """`error(message)` when any of `paths` is in a bucket: for readers of local files only."""
+  if any(is_remote(p) for p in paths):
+    raise error(message)
+
+
+def local_mirror(path: str, cache_root: str) -> str:
+  """The local folder that stands for `path`: the folder itself, or, for one in a bucket,
+  this machine's mirror of it under `cache_root` (one per remote path)."""
+  if not is_remote(path):
+    return path
+  import hashlib
+  return os.path.join(cache_root, "mirrors", hashlib.sha256(path.encode()).hexdigest()[:12])
+
+
+def mirrored(root: str, relative: str) -> str | None:
+  """`root/relative` when `root` is a bucket folder that local mirrors copy from, else None
+  (a local folder is its own copy)."""
+  return join(root, relative) if is_remote(root) else None
+
+
+def local_log(folder: str, name: str) -> str:
+  """Where a log meant for FOLDER/`name` is streamed as it grows: the file itself, or, for
+  a folder in a bucket (which cannot be appended to), a local file to be added there when
+  the run ends (`append_lines`)."""
+  if not is_remote(folder):
+    return os.path.join(folder, name)
+  import hashlib
+  import tempfile
+  local = os.path.join(tempfile.gettempdir(), "t2t_jax_logs")
+  os.makedirs(local, exist_ok=True)
+  return os.path.join(local, hashlib.sha256(folder.encode()).hexdigest()[:16] + ".log")
+
+
+def _sibling(path: str) -> str:
+  """A name beside `path` that no other process (on this host or another sharing the
+  disk) uses."""
+  import socket
+  import uuid
+  return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def writing(path: str, binary: bool = False) -> Iterator[Any]:
+  """A file object whose contents appear at `path` whole when the block ends, or not at
+  all if it raises: locally a sibling renamed into place; in a bucket a buffer written as
+  one object."""
+  if is_remote(path):
+    buffer = io.BytesIO() if binary else io.StringIO()
+    yield buffer
+    write_atomic(path, buffer.getvalue())
+    return
+  tmp = _sibling(path)
+  try:
+    with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+      yield f
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def copy_atomic(source: str, target: str) -> None:
+  """`target` becomes a copy of `source` whole, or keeps what it held."""
+  if is_remote(source) or is_remote(target):
+    copy(source, target)  # one object write
+    return
+  tmp = _sibling(target)
+  try:
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def discard_tree(path: str, aside: str, name: str) -> None:
+  """Removes a folder so that a kill half-way leaves it whole or gone, never half of it:
+  locally it is first moved to `aside`/`name` (a folder on the same disk, removed after).
+  A bucket has no atomic move: its objects are deleted in place."""
+  if is_remote(path):
+    rmtree(path)
+    return
+  os.makedirs(aside, exist_ok=True)
+  target, n = os.path.join(aside, name), 0
+  while os.path.exists(target):
+    n += 1
+    target = os.path.join(aside, f"{name}.{n}")
+  os.replace(path, target)
+  shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replacing_folder(out: str, build_locally: bool = False,
+                     last: Sequence[str] = ()) -> Iterator[str]:
+  """A folder to write a new `out` into; when the block ends it is `out`, the old one gone.
+  Locally it is a sibling renamed into place (a kill leaves the old or the new). A bucket
+  has no rename: the folder is `out` itself, emptied first, and the caller marks it whole
+  by what it writes last; or, with `build_locally`, a local folder whose files are uploaded
+  when the block ends, the names in `last` after the others."""
+  if is_remote(out) and not build_locally:
+    rmtree(out)
+    yield out
+    return
+  import tempfile
+  # Locally OUT.tmp, beside it on the same disk; a killed write's is removed by the next.
+  tmp = os.path.join(tempfile.mkdtemp(), basename(out)) if is_remote(out) else out + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  try:
+    yield tmp
+    if is_remote(out):
+      rmtree(out)
+      files = sorted((os.path.relpath(os.path.join(d, f), tmp) for d, _, fs in os.walk(tmp)
+                      for f in fs), key=lambda rel: (rel in last, last.index(rel)
+                                                     if rel in last else 0, rel))
+      for rel in files:
+        copy(os.path.join(tmp, rel), join(out, *rel.split(os.sep)))
+    else:
+      shutil.rmtree(out, ignore_errors=True)
+      os.replace(tmp, out)
+  finally:
+    shutil.rmtree(tmp if not is_remote(out) else os.path.dirname(tmp), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def local_folder(folder: str) -> Iterator[str]:
+  """A local folder to write files for `folder` into: the folder itself, or, for one in a
+  bucket, a temporary one whose files are uploaded into it when the block ends."""
+  if not is_remote(folder):
+    yield folder
+    return
+  import tempfile
+  local = tempfile.mkdtemp()
+  try:
+    yield local
+    for name in sorted(os.listdir(local)):
+      copy(os.path.join(local, name), join(folder, name))
+  finally:
+    shutil.rmtree(local, ignore_errors=True)
+
+
+# Checks of the paths a command names, made before any work: a wrong one is one line.
+
+def check_input_file(path: str, what: str) -> str:
+  """`path` is a file this process can read; else a UserError naming `what` (the flag)."""
+  return _check_readable(path, what, folder=False)
+
+
+def check_input_dir(path: str, what: str) -> str:
+  """`path` is a directory this process can list; else a UserError naming `what`."""
+  return _check_readable(path, what, folder=True)
+
+
+def _check_readable(path: str, what: str, folder: bool) -> str:
+  kind = "folder" if folder else "object"
+  if is_remote(path):
+    check_supported(path, what)
+    if not (isdir(path) if folder else isfile(path)):
+      raise UserError(f"{what}: no such {kind}: {path}")
+    return path
+  if not os.path.exists(path):
+    raise UserError(f"{what}: no such {'directory' if folder else 'file'}: {path}")
+  if folder and not os.path.isdir(path):
+    raise UserError(f"{what}: {path} is a file, not a directory")
+  if not folder and os.path.isdir(path):
+    raise UserError(f"{what}: {path} is a directory; give a file")
+  try:
+    if folder:
+      os.listdir(path)
+    else:
+      with open(path, "rb") as f:
+        f.read(1)
+  except OSError as e:
+    raise UserError(f"{what}: cannot read {path} ({e.strerror or e})") from None
+  return path
+
+
+def check_output_file(path: str, what: str) -> str:
+  """`path` can be written as a file: not a directory, and its folder exists (any folder of
+  a bucket exists)."""
+  if is_remote(path):
+    check_supported(path, what)
+    return path
+  if os.path.isdir(path):
+    raise UserError(f"{what}: {path} is a directory; give a file name")
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise UserError(f"{what}: no such folder: {folder}")
+  if not os.access(folder, os.W_OK):
+    raise UserError(f"{what}: cannot write in {folder} (permission denied)")
+  return path

@@ -92,3 +92,19 @@ def test_the_checkpoint_module_is_in_parts_of_one_job_each():
   too_big = {k: v for k, v in sizes.items()
              if v > (200 if k[0] == "ClassDef" else 60)}
   assert not too_big, too_big
+
+
+def test_local_and_bucket_paths_differ_in_the_storage_seam_alone():
+  """Whether a path is in a bucket is asked in storage.py, not in each caller: a caller says
+  what it wants (a file that appears whole, a folder replaced, a local mirror), storage.py
+  how. bucket_save is a tool that measures a bucket and refuses anything else."""
+  allowed = {"t2t_jax.storage", "t2t_jax.tools.bucket_save"}
+  found = []
+  for module, path in _modules():
+    if module in allowed:
+      continue
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+      code = line.split("#", 1)[0]
+      if "is_remote" in code or '"://"' in code or "'://'" in code:
+        found.append(f"{module}:{number}: {line.strip()}")
+  assert not found, "\n".join(found)

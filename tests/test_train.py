@@ -871,7 +871,7 @@ def test_fine_tuning_starts_where_the_old_run_ended_and_learns_the_new_data(tmp_
 
 def test_fine_tuning_refuses_other_shapes_vocabularies_and_empty_sources(tmp_path):
   from t2t_jax import input_pipeline
-  from t2t_jax.config import resolve_init_from
+  from t2t_jax.main import resolve_init_from
   from t2t_jax.errors import UserError
   base = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False})
   train.train_and_evaluate(base, str(tmp_path / "old"))
@@ -1427,7 +1427,7 @@ def test_a_fine_tuned_run_resumes_from_its_own_checkpoint_not_its_source(tmp_pat
   """A fine-tuning run (`train.init_from`) stopped and started again goes on from its own
   newest checkpoint: its step counter, parameters and optimiser state, not the source's
   parameters with a fresh optimiser."""
-  from t2t_jax.config import resolve_init_from
+  from t2t_jax.main import resolve_init_from
   base = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
                                           "train.checkpoint_every_steps": 2})
   train.train_and_evaluate(base, str(tmp_path / "source"))

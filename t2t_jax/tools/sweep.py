@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import shutil
 import json
 import os
 import shlex
@@ -250,15 +249,9 @@ def write_report(workdir: str, sweep: str, rows: dict[str, SweepRow], runs: list
   """DIR/<sweep>.md, .csv, .png and _dev_curves.png: ours next to the paper's, the seed band,
   the direction count; unfinished rows marked pending."""
   table = aggregate(workdir, rows, runs)
-  if storage.is_remote(workdir):  # written locally, then each file uploaded
-    import tempfile
-    local = tempfile.mkdtemp()
+  with storage.local_folder(workdir) as local:  # in a bucket: written here, then uploaded
     paths = write_files(local, sweep, table, workdir, runs)
-    for path in paths:
-      storage.copy(path, storage.join(workdir, os.path.basename(path)))
-    shutil.rmtree(local, ignore_errors=True)
-    return [storage.join(workdir, os.path.basename(p)) for p in paths]
-  return write_files(workdir, sweep, table, workdir, runs)
+  return [storage.join(workdir, os.path.basename(p)) for p in paths]
 
 
 def write_files(folder: str, sweep: str, table: list[dict], workdir: str, runs: list[Run]
