@@ -93,6 +93,17 @@ def best_candidates(live_logp: jax.Array, member_logits: list[jax.Array], banned
           jnp.take_along_axis(row_tokens.reshape(b, k * row_m), top_idx, axis=1))
 
 
+def _best_allowed(live_logp: jax.Array, logp: jax.Array, ids: jax.Array, allowed: jax.Array,
+                  m: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`best_candidates` over a constraint's few columns per hypothesis (`candidates`: their
+  log-probabilities, token ids [b, k, c] and which are allowed) instead of the vocabulary."""
+  b, k, c = logp.shape
+  row = jnp.where(allowed, logp, NEG_INF)
+  cand = jnp.where(row <= NEG_INF, NEG_INF, live_logp[:, :, None] + row).reshape(b, k * c)
+  top_logp, top_idx = jax.lax.top_k(cand, m)
+  return top_logp, top_idx // c, jnp.take_along_axis(ids.reshape(b, k * c), top_idx, axis=1)
+
+
 def search_start(params: Any, inputs: jax.Array, cfg: ModelConfig | Sequence[ModelConfig],
                  beam_size: int, max_extra_length: int, cached: bool = True,
                  min_length: int = 1, constraint: Any = None) -> dict[str, Any]:
@@ -186,23 +197,28 @@ def search_steps(params: Any, state: dict[str, Any], end: jax.Array,
         logits = jax.lax.dynamic_index_in_dim(all_logits, i, axis=1, keepdims=False)
       member_logits.append(logits.astype(jnp.float32))
     vocab = member_logits[0].shape[-1]
-    token_ids = jnp.arange(vocab)
-    # Tokens a hypothesis may not take next: PAD and BOS; at the length limit all but EOS; EOS
-    # before the shortest length.
-    banned = ((token_ids == PAD_ID) | (token_ids == BOS_ID)
-              | (token_ids >= (num_pieces or vocab))
-              | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
-              | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
-    if constraint is not None:
-      banned = banned | constraint.banned(s["grammar"], i, max_len, vocab)
+    member_logits = [x.reshape(b, k, vocab) for x in member_logits]
     # 2k candidates: at most k of them end in EOS, so k stay live. Beam 1 takes only the
     # best, so that it is greedy search: an EOS that is merely second would otherwise be kept
     # as a finished hypothesis, and win once the greedy path's log-prob fell below it.
-    member_logits = [x.reshape(b, k, vocab) for x in member_logits]
-    if constraint is not None:  # what the constraint makes of the model's scores
-      member_logits = [constraint.rescore(s["grammar"], x) for x in member_logits]
-    top_logp, beam_idx, tokens = best_candidates(s["live_logp"], member_logits, banned,
-                                                 2 * k if k > 1 else 1)
+    m = 2 * k if k > 1 else 1
+    if constraint is not None and len(member_logits) == 1:
+      # A grammar allows a few tokens at each step: the search ranks those alone.
+      top_logp, beam_idx, tokens = _best_allowed(
+          s["live_logp"], *constraint.candidates(member_logits[0], s["grammar"], i, max_len,
+                                                 min_len), m)
+    else:
+      token_ids = jnp.arange(vocab)
+      # Tokens a hypothesis may not take next: PAD and BOS; at the length limit all but EOS;
+      # EOS before the shortest length.
+      banned = ((token_ids == PAD_ID) | (token_ids == BOS_ID)
+                | (token_ids >= (num_pieces or vocab))
+                | ((i >= max_len)[:, None, None] & (token_ids != EOS_ID))
+                | ((i < min_len)[:, None, None] & (token_ids == EOS_ID)))
+      if constraint is not None:  # an ensemble's: its mean probability needs whole rows
+        banned = banned | constraint.banned(s["grammar"], i, max_len, vocab)
+        member_logits = [constraint.rescore(s["grammar"], x) for x in member_logits]
+      top_logp, beam_idx, tokens = best_candidates(s["live_logp"], member_logits, banned, m)
     seqs = _gather_beams(s["live_seqs"], beam_idx)
     seqs = jnp.where(jnp.arange(positions + 1) == i, tokens[:, :, None], seqs)
     is_eos = tokens == EOS_ID

@@ -558,14 +558,11 @@ class TreeConstraint:
     src = g["src"]
     return jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1), axis=1)
 
-  def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
-    """[b, k, width]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
-    EOS). `width`: the model's output size, which may exceed the vocabulary's (ids past it
-    are banned)."""
+  def _moves(self, g: dict[str, Any], i: Any, max_len: Any) -> dict[str, Any]:
+    """[b, k, 1] each: whether an open bracket, a word slot, a close bracket (of the
+    innermost label, "top") and EOS may come at step `i` (max_len [b]: tokens before EOS);
+    under `copy`, "next": the input piece a word slot places."""
     import jax.numpy as jnp
-    pad = max(0, (width or len(self.kind)) - len(self.kind))
-    kind = self._kinds(len(self.kind) + pad)[None, None, :]
-    label = jnp.asarray(self.label + (0,) * pad, jnp.int32)[None, None, :]
     depth, words, prev = g["depth"][..., None], g["words"][..., None], g["prev"][..., None]
     n = g["n_words"][:, None, None]
     left = (max_len[:, None, None] - i - 1)  # tokens after this one before EOS must come
@@ -574,25 +571,89 @@ class TreeConstraint:
     # Tokens still needed after a move to (depth d, words w): a slot per word, a close per
     # open bracket.
     need = lambda d, w: (n - w) + d
+    out = {"top": top}
     # With `copy`: the input's next piece, and whether a word ends before it (brackets go
     # only between words).
     if self.copy:
-      nxt = self._next_piece(g)[..., None]
+      out["next"] = self._next_piece(g)[..., None]
       starts = jnp.asarray(self.word_start, jnp.int32)
-      between = (words >= n) | (starts[nxt] == 1)
+      between = (words >= n) | (starts[out["next"]] == 1)
     else:
       between = True
-    open_ok = ((words < n) & between & (depth < self.max_depth) & ((depth > 0) | (i == 0))
-               & (need(depth + 1, words) <= left))
-    word_ok = (depth > 0) & (words < n) & (need(depth, words + 1) <= left)
-    close_ok = ((depth > 0) & between & (label == top) & (prev != self.OPEN)
-                & ((depth > 1) | (words == n)) & (need(depth - 1, words) <= left))
-    end_ok = (depth == 0) & (words == n) & (i > 0)
-    slot = (jnp.arange(kind.shape[-1])[None, None, :] == nxt) if self.copy else \
+    out["open"] = ((words < n) & between & (depth < self.max_depth) & ((depth > 0) | (i == 0))
+                   & (need(depth + 1, words) <= left))
+    out["word"] = (depth > 0) & (words < n) & (need(depth, words + 1) <= left)
+    out["close"] = ((depth > 0) & between & (prev != self.OPEN)
+                    & ((depth > 1) | (words == n)) & (need(depth - 1, words) <= left))
+    out["end"] = (depth == 0) & (words == n) & (i > 0)
+    return out
+
+  def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
+    """[b, k, width]: tokens no hypothesis may take at step `i` (max_len [b]: tokens before
+    EOS). `width`: the model's output size, which may exceed the vocabulary's (ids past it
+    are banned)."""
+    import jax.numpy as jnp
+    pad = max(0, (width or len(self.kind)) - len(self.kind))
+    kind = self._kinds(len(self.kind) + pad)[None, None, :]
+    label = jnp.asarray(self.label + (0,) * pad, jnp.int32)[None, None, :]
+    ok = self._moves(g, i, max_len)
+    slot = (jnp.arange(kind.shape[-1])[None, None, :] == ok["next"]) if self.copy else \
         (kind == self.WORD)
-    allowed = ((kind == self.OPEN) & open_ok) | (slot & word_ok) | \
-        ((kind == self.CLOSE) & close_ok) | ((kind == self.END) & end_ok)
+    allowed = ((kind == self.OPEN) & ok["open"]) | (slot & ok["word"]) | \
+        ((kind == self.CLOSE) & ok["close"] & (label == ok["top"])) | \
+        ((kind == self.END) & ok["end"])
     return ~allowed
+
+  def candidates(self, logits: Any, g: dict[str, Any], i: Any, max_len: Any,
+                 min_len: Any) -> tuple[Any, Any, Any]:
+    """The only tokens a hypothesis can take, as a few columns instead of the whole
+    vocabulary: every open bracket, every close bracket, the word slot (`XX`, or under
+    `copy` the input's next piece) and EOS: their log-probabilities [b, k, columns], token
+    ids, and whether each is allowed (not a close of another label than the innermost, not
+    past `max_len` unless EOS, not EOS before `min_len`). The same scores at the same ids as `rescore`,
+    a log-softmax and `banned` over the whole vocabulary give (every other id is banned
+    there), for a top-k over k x columns instead of k x vocabulary."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    x = logits.astype(jnp.float32)
+    b, k, width = x.shape
+    kind = np.asarray(self.kind)
+    opens, closes = np.flatnonzero(kind == self.OPEN), np.flatnonzero(kind == self.CLOSE)
+    eos = int(np.flatnonzero(kind == self.END)[0])
+    norm = jax.nn.logsumexp(x, axis=-1, keepdims=True)
+    ok = self._moves(g, i, max_len)
+    if self.copy:  # P(a word now): every word piece's probability together (`rescore`)
+      slot_id = ok["next"]
+      slot = jax.nn.logsumexp(jnp.where(jnp.asarray(self._word_pieces(width)), x, -jnp.inf),
+                              axis=-1, keepdims=True)
+    else:
+      word = int(np.flatnonzero(kind == self.WORD)[0])
+      slot_id, slot = jnp.full((b, k, 1), word, jnp.int32), x[..., word:word + 1]
+    close_label = jnp.asarray(np.asarray(self.label)[closes], jnp.int32)
+    allowed = jnp.concatenate([
+        jnp.broadcast_to(ok["open"], (b, k, len(opens))),
+        ok["close"] & (close_label == ok["top"]), ok["word"], ok["end"]], axis=-1)
+    limit = (i >= max_len)[:, None, None]    # only EOS at the length limit
+    early = (i < min_len)[:, None, None]     # no EOS before the shortest length
+    allowed = allowed & jnp.concatenate([jnp.broadcast_to(~limit, (b, k, allowed.shape[-1] - 1)),
+                                         jnp.broadcast_to(~early, (b, k, 1))], axis=-1)
+    scores = jnp.concatenate([x[..., opens], x[..., closes], slot, x[..., eos:eos + 1]],
+                             axis=-1) - norm
+    ids = jnp.concatenate([jnp.broadcast_to(jnp.asarray(opens, jnp.int32), (b, k, len(opens))),
+                           jnp.broadcast_to(jnp.asarray(closes, jnp.int32),
+                                            (b, k, len(closes))),
+                           slot_id.astype(jnp.int32), jnp.full((b, k, 1), eos, jnp.int32)],
+                          axis=-1)
+    return scores, ids, allowed
+
+  def _word_pieces(self, width: int) -> Any:
+    """[width] bool: the ids that are pieces of words (not brackets, `XX`, EOS, PAD, BOS, or
+    past the vocabulary)."""
+    import numpy as np
+    kind = np.asarray(self.kind + (self.OTHER,) * max(0, width - len(self.kind)))
+    ids = np.arange(width)
+    return (kind == self.OTHER) & (ids != PAD_ID) & (ids != BOS_ID) & (ids < len(self.kind))
 
   def rescore(self, g: dict[str, Any], logits: Any) -> Any:
     """[b, k, width] log-probabilities to search with. Under `copy` the input decides which
@@ -604,13 +665,15 @@ class TreeConstraint:
     if not self.copy:
       return logits
     width = logits.shape[-1]
-    kind = self._kinds(width)
     ids = jnp.arange(width)
-    word = (kind == self.OTHER) & (ids != PAD_ID) & (ids != BOS_ID) & (ids < len(self.kind))
+    word = jnp.asarray(self._word_pieces(width))
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     slot = jax.nn.logsumexp(jnp.where(word, logp, -jnp.inf), axis=-1, keepdims=True)
-    out = jnp.where(word, -jnp.inf, logp)
-    return jnp.where(ids == self._next_piece(g)[..., None], slot, out)
+    # Once every word is placed there is no next word: the "next piece" is the input's EOS,
+    # which keeps its own probability, and the row stays the model's (its words banned).
+    placing = (g["words"] < g["n_words"][:, None])[..., None]
+    out = jnp.where(word & placing, -jnp.inf, logp)
+    return jnp.where((ids == self._next_piece(g)[..., None]) & placing, slot, out)
 
   def advance(self, g: dict[str, Any], beams: Any, tokens: Any) -> dict[str, Any]:
     """The grammar state after hypotheses `beams` [b, m] took `tokens` [b, m]."""

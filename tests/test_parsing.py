@@ -223,6 +223,64 @@ def test_under_copy_the_next_word_scores_what_all_words_together_do():
                         logits)
 
 
+def test_under_copy_a_finished_tree_ends_with_the_models_own_eos_probability():
+  """Once every word is placed, the input's next "piece" is its EOS: the word slot's
+  probability went to EOS instead of EOS's own (and the row no longer summed to one), so a
+  finished tree was scored by how much the model wanted another word."""
+  import jax
+  import jax.numpy as jnp
+  c = parsing.constraint_for(PIECES, EOS_ID, copy=True)
+  ids = {p: i for i, p in enumerate(PIECES)}
+  g = c.start(jnp.array([[11, 14, EOS_ID]]), 1)  # "▁the ▁sat"
+  for s in ["(S", "\u2581the", "\u2581sat", ")S"]:
+    g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[ids[s]]]))
+  logits = jnp.asarray(np.random.default_rng(0).normal(size=(1, 1, len(PIECES))), jnp.float32)
+  want = np.asarray(jax.nn.log_softmax(logits))[0, 0, EOS_ID]
+  assert np.asarray(c.rescore(g, logits))[0, 0, EOS_ID] == pytest.approx(want, abs=1e-6)
+  scores, tokens, allowed = (np.asarray(a)[0, 0] for a in c.candidates(
+      logits, g, jnp.int32(4), jnp.array([10]), jnp.array([1])))
+  assert [int(t) for t in tokens[allowed]] == [EOS_ID]
+  assert scores[allowed][0] == pytest.approx(want, abs=1e-6)
+
+
+def test_the_searchs_few_columns_score_what_the_whole_vocabulary_does():
+  """The search ranks a constraint's few allowed tokens (`candidates`: the brackets, the
+  word slot, EOS) instead of banning the rest of the vocabulary (`banned`, `rescore`): at
+  every state of random walks, both forms, with and without the length limit and the
+  shortest length, the same tokens are allowed with the same log-probabilities."""
+  import jax
+  import jax.numpy as jnp
+  rng = np.random.default_rng(1)
+  width = len(PIECES) + 3  # a model output wider than the vocabulary
+  source = [11, 12, 13, 14]
+  for copy in (False, True):
+    c = parsing.constraint_for(PIECES, EOS_ID, copy=copy)
+    for max_len in (6, 9, 14):
+      inputs = jnp.array([source + [EOS_ID]])
+      g = c.start(inputs, 1)
+      for i in range(max_len + 2):
+        logits = jnp.asarray(rng.normal(size=(1, 1, width)) * 3, jnp.float32)
+        for min_len in (1, 5):
+          ml, mn = jnp.array([max_len]), jnp.array([min_len])
+          full = np.asarray(jax.nn.log_softmax(c.rescore(g, logits)))[0, 0]
+          ids = np.arange(width)
+          banned = np.asarray(c.banned(g, jnp.int32(i), ml, width))[0, 0] | (
+              (ids == 0) | (ids == 2) | (ids >= len(PIECES)) | ((i >= max_len) & (ids != EOS_ID))
+              | ((i < min_len) & (ids == EOS_ID)))
+          want = {int(t): full[t] for t in np.flatnonzero(~banned)}
+          scores, tokens, allowed = (np.asarray(a)[0, 0] for a in c.candidates(
+              logits, g, jnp.int32(i), ml, mn))
+          got = {int(t): v for t, v, a in zip(tokens, scores, allowed) if a}
+          assert got.keys() == want.keys(), (copy, i, got.keys(), want.keys())
+          for t in got:
+            assert got[t] == pytest.approx(want[t], abs=1e-5), (copy, i, PIECES[t] if t < len(PIECES) else t, got, want)
+        allowed = np.flatnonzero(~np.asarray(c.banned(g, jnp.int32(i), jnp.array([max_len])))[0, 0])
+        token = int(rng.choice(allowed)) if len(allowed) else EOS_ID
+        if token == EOS_ID:
+          break
+        g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+
+
 # --- scoring as EVALB (COLLINS.prm) -------------------------------------------------------
 
 GOLD = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
