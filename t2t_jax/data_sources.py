@@ -32,6 +32,26 @@ class Source:
   tgt_lang: str
 
 
+# newstest2014 for English->German exists in two sizes: WMT's full set (what tfds and the
+# Hugging Face hub build; sacreBLEU's `wmt14/full`) and its filtered set (sacreBLEU's plain
+# `wmt14`). BLEU on one does not compare with BLEU on the other.
+NEWSTEST2014_ENDE = {3003: "the full set (sacreBLEU -t wmt14/full)",
+                     2737: "the filtered set (sacreBLEU -t wmt14)"}
+
+
+def test_set_note(spec: str, split: str, num_lines: int) -> str | None:
+  """Which newstest2014 an English->German eval decoded, for its record (None for any other
+  test set). Read from the spec's text alone."""
+  wmt14_test = "wmt14" in spec and split == "test"
+  if spec_languages(spec) != ("en", "de") or not (wmt14_test or split == "newstest2014") \
+      or num_lines not in NEWSTEST2014_ENDE:
+    return None
+  other = next(n for n in NEWSTEST2014_ENDE if n != num_lines)
+  return (f"newstest2014, {NEWSTEST2014_ENDE[num_lines]}, {num_lines:,} lines: BLEU on it does "
+          f"not compare with BLEU on {NEWSTEST2014_ENDE[other].split(' (')[0]} "
+          f"({other:,} lines)")
+
+
 def spec_languages(spec: str) -> tuple[str, str] | None:
   """The direction a spec names, read from its text alone (no folder is opened), or None."""
   if spec == "demo":

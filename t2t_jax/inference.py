@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Iterator, Sequence
 
-from t2t_jax import input_pipeline, storage, tasks, translator
+from t2t_jax import data_sources, input_pipeline, storage, tasks, translator
 from t2t_jax.config import ExperimentConfig, evaluation_splits
 from t2t_jax.errors import UserError
 
@@ -70,6 +70,8 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     result = {"split": split, "data": data, "task": task.name, **figures,
               "checkpoint": _portable(label, workdir), "dtype": cfg.model.dtype,
               "num_sentences": len(hyps),
+              **({"test_set": note} if (note := data_sources.test_set_note(
+                  (test_data or cfg).data.dataset, split, len(hyps))) else {}),
               "beam_size": cfg.decode.beam_size, "alpha": cfg.decode.alpha,
               "max_extra_length": cfg.decode.max_extra_length,
               **({"constrained": cfg.decode.constrained} if task.name == "parsing" else {}),

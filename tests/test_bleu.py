@@ -48,3 +48,19 @@ def test_french_hyphens_are_not_split_as_german_compounds():
   assert bleu.tokenized_bleu(hyps, refs, "fr") == pytest.approx(plain)
   assert bleu.tokenized_bleu(hyps, refs, "fr") != pytest.approx(
       bleu.tokenized_bleu(hyps, refs, "de"))
+
+
+def test_an_english_german_eval_says_which_newstest2014_it_decoded():
+  """WMT's newstest2014 for en-de comes full (3,003 lines: tfds, the Hugging Face hub) and
+  filtered (2,737: sacreBLEU's -t wmt14): the record says which, whatever the source."""
+  from t2t_jax.data_sources import test_set_note
+  full = test_set_note("tfds:wmt14_translate/de-en:en-de", "test", 3003)
+  assert "full set" in full and "3,003 lines" in full and "2,737" in full
+  assert "filtered set" in test_set_note("folder:/data/wmt:en-de", "newstest2014", 2737)
+  assert "full set" in test_set_note("hf:wmt/wmt14/de-en:en-de", "test", 3003)
+  # Other directions, pairs, splits and sizes: nothing to say.
+  for spec, split, n in [("tfds:wmt14_translate/de-en:de-en", "test", 3003),
+                         ("tfds:wmt14_translate/fr-en:en-fr", "test", 3003),
+                         ("tfds:wmt14_translate/de-en:en-de", "validation", 3000),
+                         ("folder:/data/wmt:en-de", "newstest2014", 100), ("demo", "test", 3003)]:
+    assert test_set_note(spec, split, n) is None
