@@ -21,7 +21,7 @@ from typing import Any
 
 import jax
 
-from t2t_jax import checkpoints, input_pipeline, jsonl, model, parallel, storage
+from t2t_jax import checkpoints, input_pipeline, jsonl, model, parallel, storage, workdirs
 from t2t_jax.config import (COMPUTE_FIELDS, TRAINING_ONLY_FIELDS, ExperimentConfig,
                             profile_range)
 from t2t_jax.errors import UserError
@@ -144,7 +144,7 @@ def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True,
   `reads_data` (translate, score, export, attention, average read only the workdir, its
   own vocabulary included), so may the data settings.
   """
-  found = checkpoints.recorded_settings(workdir)
+  found = workdirs.recorded_settings(workdir)
   if found is None:
     return
   experiment, recorded = found
@@ -166,7 +166,7 @@ def check_run_info(cfg: ExperimentConfig, workdir: str, training: bool = True,
 def shape_differences(cfg: ExperimentConfig, workdir: str) -> list[str]:
   """The `model.*` keys whose values in `cfg` give other parameter shapes than `workdir`'s
   run had (empty when it has no record)."""
-  found = checkpoints.recorded_settings(workdir)
+  found = workdirs.recorded_settings(workdir)
   if found is None:
     return []
   old, new = found[1]["model"], dataclasses.asdict(cfg.model)
@@ -177,7 +177,7 @@ def shape_differences(cfg: ExperimentConfig, workdir: str) -> list[str]:
 def with_recorded_vocabulary(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   """`cfg` with the workdir's recorded `data.vocab_from` when the command gives none (a
   fine-tuned run's later commands need not repeat its `train.init_from`)."""
-  found = checkpoints.recorded_settings(workdir)
+  found = workdirs.recorded_settings(workdir)
   recorded = found[1]["data"].get("vocab_from", "") if found else ""
   if recorded and not cfg.data.vocab_from:
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, vocab_from=recorded))
@@ -193,16 +193,14 @@ def with_compute_dtype(cfg: ExperimentConfig, workdir: str) -> ExperimentConfig:
   from t2t_jax import backend
   if cfg.model.dtype != "auto":
     return cfg
-  found = checkpoints.recorded_settings(workdir) if has_checkpoints(workdir) else None
-  recorded = found[1]["model"].get("dtype") if found else None
-  dtype = recorded if recorded in ("float32", "bfloat16") else backend.compute_dtype("auto")
+  dtype = workdirs.Workdir(workdir).trained_dtype or backend.compute_dtype("auto")
   return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
 
 
 def _with_recorded(cfg: ExperimentConfig, workdir: str, section: str,
                    leave: tuple[str, ...] = ()) -> ExperimentConfig:
   """`cfg` with `section`'s settings as the workdir was trained with them, `leave` aside."""
-  found = checkpoints.recorded_settings(workdir)
+  found = workdirs.recorded_settings(workdir)
   if found is None:
     return cfg
   current = getattr(cfg, section)
@@ -228,7 +226,7 @@ def with_recorded_average(cfg: ExperimentConfig, workdir: str) -> ExperimentConf
   """`cfg` with the averaging settings the workdir was trained with (for a command that
   gives none: training kept `average.last` checkpoints for averaging, and a run trained with
   `--set average.last=N` is averaged and evaluated without repeating it)."""
-  recorded = checkpoints.recorded_config(workdir)
+  recorded = workdirs.recorded_config(workdir)
   return cfg if recorded is None else dataclasses.replace(cfg, average=recorded.average)
 
 
@@ -236,7 +234,7 @@ def check_init_from(cfg: ExperimentConfig) -> None:
   """`train.init_from` names a trained run of the same parameter shapes."""
   source = cfg.train.init_from
   if not storage.isdir(os.path.join(source, "checkpoints")) and not storage.isdir(
-      checkpoints.averaged_dir(source)):
+      workdirs.averaged_dir(source)):
     raise UserError(f"train.init_from: {source} holds no checkpoints")
   differ = shape_differences(cfg, source)
   if differ:
@@ -271,8 +269,8 @@ def config_fingerprint(cfg: ExperimentConfig) -> int:
 
 
 def has_checkpoints(workdir: str) -> bool:
-  """The workdir holds a committed checkpoint (`checkpoints.committed_steps`)."""
-  return bool(checkpoints.committed_steps(workdir))
+  """The workdir holds a committed checkpoint (`workdirs.committed_steps`)."""
+  return workdirs.Workdir(workdir).trained
 
 
 def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) -> bool:
@@ -285,9 +283,9 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
   A workdir with checkpoints but no readable record (deleted, or a copy made without it; a
   damaged one is first moved aside, never deleted) is recorded only once its checkpoints
   have `restored` into this command's model: False until then."""
-  path = os.path.join(workdir, checkpoints.RUN_INFO)
+  path = os.path.join(workdir, workdirs.RUN_INFO)
   history = []
-  damaged = checkpoints.damaged_run_info(workdir)
+  damaged = workdirs.damaged_run_info(workdir)
   if damaged:
     aside = checkpoints.unused_name(path + ".damaged")
     storage.move(path, aside)
@@ -302,7 +300,7 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
           f"its settings are recorded there again", file=sys.stderr, flush=True)
   elif resumed:
     check_run_info(cfg, workdir)
-    old = checkpoints.run_info(workdir)  # read by `check_run_info` just before: no download
+    old = workdirs.run_info(workdir)  # read by `check_run_info` just before: no download
     history = old.get("history", [])
     before = old["config"].get("train", {})
     changed = {k: [before.get(k), getattr(cfg.train, k)] for k in UPDATE_FIELDS

@@ -9,9 +9,6 @@ that the older ones, kept for averaging, keep their parameters alone.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
 import json
 import os
 import sys
@@ -23,7 +20,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from t2t_jax import retention, storage
-from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
+from t2t_jax.config import ExperimentConfig
+from t2t_jax.workdirs import averaged_dir, first_line, run_info
 from t2t_jax.errors import UserError
 
 
@@ -282,7 +280,7 @@ class Resumer:
         if failed is not None:  # two in a row: not one broken checkpoint's fault
           raise UserError(
               f"checkpoints {failed[0]} and {step} in {self.ckpt.directory} both fail to restore "
-              f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was moved. "
+              f"({type(failed[2]).__name__}: {first_line(failed[2])}); nothing was moved. "
               f"Fix the cause (memory, permissions, versions) and run the command again") \
               from None
         failed = (step, path, e)
@@ -292,7 +290,7 @@ class Resumer:
       return restored, step
     if failed is not None:
       raise UserError(f"checkpoint {failed[1]}, the only one, fails to restore "
-                      f"({type(failed[2]).__name__}: {_first_line(failed[2])}); nothing was "
+                      f"({type(failed[2]).__name__}: {first_line(failed[2])}); nothing was "
                       f"moved. Fix the cause, or move it away to start again from step 0") \
           from None
     return None
@@ -375,21 +373,6 @@ def _stored_mismatch(manager: Any, step: int, like: Any) -> str | None:
 
 
 # What orbax writes last into a checkpoint it commits in place (a bucket has no rename).
-COMMIT_MARKER = "commit_success.txt"
-
-
-def committed_steps(workdir: str) -> list[int]:
-  """The steps of WORKDIR/checkpoints that orbax committed, from a listing alone. Locally a
-  checkpoint is written under a temporary name and renamed when whole; in a bucket it is
-  written in place, and only its commit marker, written last, says it is whole: a step folder
-  without one is a write that was killed, not a checkpoint."""
-  directory = storage.join(storage.normalize(workdir), "checkpoints")
-  if not storage.isdir(directory):
-    return []
-  return sorted(int(d) for d in storage.listdir(directory)
-                if d.isdigit() and storage.is_whole(storage.join(directory, d), COMMIT_MARKER))
-
-
 def unused_name(path: str) -> str:
   """`path`, or `path`.1, .2, ...: the first that does not exist (nothing set aside is
   ever replaced)."""
@@ -418,92 +401,8 @@ def _transient(error: Exception) -> bool:
       errno.ECONNRESET)
 
 
-def _first_line(error: Exception) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0][:300] if text else type(error).__name__
-
-
 class _StructureMismatch(Exception):
   """A checkpoint that reads fine but holds another state structure than asked for."""
-
-
-RUN_INFO = "experiment.json"  # what a workdir was trained with, written when training starts
-
-
-def _read_run_info(workdir: str) -> tuple[dict[str, Any] | None, str | None]:
-  """(WORKDIR/experiment.json, None), or (None, why it cannot be used) when it is damaged
-  (truncated, not JSON, or missing its fields), or (None, None) when there is none.
-
-  Many parts of a command ask (the workdir check, the dtype, the vocabulary, the
-  translator); the file is read once per version of it: in a bucket each read is a
-  download. A rewrite (a new size or time) is read again."""
-  path = storage.join(workdir, RUN_INFO)
-  if not storage.exists(path):
-    return None, None
-  info, damaged = _parsed_run_info(path, storage.stamp(path))
-  return copy.deepcopy(info), damaged
-
-
-@functools.lru_cache(maxsize=16)
-def _parsed_run_info(path: str, stamp: str) -> tuple[dict[str, Any] | None, str | None]:
-  """`_read_run_info` of the file at `path` as it is at `stamp` (a pure function of both)."""
-  del stamp  # the cache's key only
-  try:
-    info = json.loads(storage.read_text(path))
-    if not isinstance(info, dict) or not isinstance(info.get("experiment"), str) or not all(
-        isinstance(info.get("config", {}).get(k), dict) for k in ("model", "data")):
-      raise ValueError("not the record of a training run")
-  except (OSError, ValueError) as e:
-    return None, f"{type(e).__name__}: {_first_line(e)}"
-  return info, None
-
-
-def run_info(workdir: str) -> dict[str, Any] | None:
-  """WORKDIR/experiment.json as written when training started, or None before that (or
-  when it is damaged: `damaged_run_info` says why; the command's settings stand in)."""
-  return _read_run_info(workdir)[0]
-
-
-def damaged_run_info(workdir: str) -> str | None:
-  """Why WORKDIR/experiment.json cannot be read, or None if it reads (or is absent)."""
-  return _read_run_info(workdir)[1]
-
-
-def recorded_settings(workdir: str) -> tuple[str, dict[str, dict[str, Any]]] | None:
-  """The experiment name and the model and data settings a workdir was trained with (as
-  dicts), or None before its first run.
-
-  A field added to the configs since that run is absent from its record; its default is
-  the old behaviour, so it is filled in.
-  """
-  info = run_info(workdir)
-  if info is None:
-    return None
-  sections = {"model": ModelConfig, "data": DataConfig}
-  return info["experiment"], {key: {**dataclasses.asdict(cls()), **info["config"][key]}
-                              for key, cls in sections.items()}
-
-
-def recorded_config(workdir: str) -> ExperimentConfig | None:
-  """The whole config a workdir was trained with (fields added since filled with their
-  defaults, fields since removed ignored), or None before its first run."""
-  info = run_info(workdir)
-  if info is None:
-    return None
-  sections = {}
-  for field in dataclasses.fields(ExperimentConfig):
-    value = info["config"].get(field.name)
-    if isinstance(value, dict):
-      cls = type(getattr(ExperimentConfig(), field.name))
-      known = {f.name for f in dataclasses.fields(cls)}
-      value = cls(**{k: v for k, v in value.items() if k in known})
-    if value is not None:
-      sections[field.name] = value
-  return ExperimentConfig(**sections)
-
-
-def averaged_dir(workdir: str) -> str:
-  return storage.join(storage.normalize(workdir), "averaged")
 
 
 def average(workdir: str, last: int, like_state: Any,
@@ -538,7 +437,7 @@ def average(workdir: str, last: int, like_state: Any,
     except Exception as e:  # a damaged or foreign checkpoint: name it, average nothing
       ckpt.close()
       raise UserError(f"cannot average: checkpoint {storage.join(ckpt.directory, str(step))} "
-                      f"does not restore ({type(e).__name__}: {_first_line(e)}); move it "
+                      f"does not restore ({type(e).__name__}: {first_line(e)}); move it "
                       f"away or lower average.last, then run --mode=average again") from None
     params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
     total = params if total is None else jax.tree_util.tree_map(np.add, total, params)
@@ -611,7 +510,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
                                         ) as reader:
             params = reader.restore(storage.join(avg, "params"), like)
         except Exception as e:  # truncated or foreign files: name them, load nothing
-          raise UserError(f"{avg} does not restore ({type(e).__name__}: {_first_line(e)}); "
+          raise UserError(f"{avg} does not restore ({type(e).__name__}: {first_line(e)}); "
                           f"{redo}") from None
         return params, f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
       else:  # a run resumed after averaging: its average would be silently out of date
@@ -625,7 +524,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
       params = jax.tree_util.tree_map(np.asarray, ckpt.params(step))
     except Exception as e:  # a damaged newest checkpoint: decode with no other one unasked
       raise UserError(f"checkpoint {storage.join(ckpt.directory, str(step))} does not restore "
-                      f"({type(e).__name__}: {_first_line(e)}); move it away to use the one "
+                      f"({type(e).__name__}: {first_line(e)}); move it away to use the one "
                       f"before, or train again, which sets it aside") from None
     return params, f"checkpoint {step}"
   finally:

@@ -40,7 +40,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from t2t_jax import data_sources, packing, storage, tasks
+from t2t_jax import data_sources, packing, storage, tasks, workdirs
 from t2t_jax.config import ExperimentConfig
 from t2t_jax.data_sources import DataError, Source
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
@@ -524,7 +524,7 @@ def _prepare_once(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
 
 # A trained workdir keeps the vocabulary its token ids mean, so decoding never depends on
 # the data cache still being there (or being rebuilt the same way).
-WORKDIR_VOCAB = "spm.model"
+WORKDIR_VOCAB = workdirs.VOCABULARY
 
 
 def record_vocab(workdir: str, cache_dir: str, replace: bool = False) -> None:

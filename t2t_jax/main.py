@@ -268,12 +268,12 @@ def main(argv: list[str]) -> None:
   from t2t_jax import storage
   workdir = storage.normalize(FLAGS.workdir)  # gs:// kept as it is, never a folder named gs:
   start_distributed()
-  from t2t_jax import bookkeeping, checkpoints, input_pipeline
-  if FLAGS.mode == "train" or checkpoints.committed_steps(workdir):
+  from t2t_jax import bookkeeping, input_pipeline, workdirs
+  run = workdirs.Workdir(workdir)  # what the workdir's run is, asked by every step below
+  if FLAGS.mode == "train" or run.trained:
     use_compilation_cache(workdir)  # not into a workdir that holds no run
-  damaged = checkpoints.damaged_run_info(workdir)
-  if damaged and FLAGS.mode != "train":  # training moves it aside and records anew
-    print(f"warning: {storage.join(workdir, checkpoints.RUN_INFO)} is damaged ({damaged}); "
+  if run.damaged and FLAGS.mode != "train":  # training moves it aside and records anew
+    print(f"warning: {storage.join(workdir, workdirs.RUN_INFO)} is damaged ({run.damaged}); "
           f"this command's settings stand in for it", file=sys.stderr, flush=True)
   cfg = bookkeeping.with_recorded_vocabulary(cfg, workdir)
   gives_data = bool(FLAGS.dataset) or any(s.strip().startswith("data.") for s in FLAGS.set)

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from t2t_jax import (backend, bookkeeping, checkpoints, input_pipeline, model, optim,
-                     parallel, retention)
+                     parallel, retention, workdirs)
 from t2t_jax.config import ExperimentConfig, TrainConfig
 from t2t_jax.data_sources import DataError
 from t2t_jax.errors import UserError
@@ -940,7 +940,7 @@ def run_average(cfg: ExperimentConfig, workdir: str) -> str:
   like = jax.eval_shape(lambda: init_state(cfg, optimizer))
   # The checkpoints were written (and marked for averaging) on the schedule training ran: the
   # record's, which this command need not repeat.
-  spacing = retention.Spacing.of(checkpoints.recorded_config(workdir) or cfg)
+  spacing = retention.Spacing.of(workdirs.recorded_config(workdir) or cfg)
   try:
     out, steps = checkpoints.average(workdir, cfg.average.last, like, spacing)
   except FileNotFoundError as e:

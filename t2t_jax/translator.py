@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import os
 
-from t2t_jax import checkpoints, decode, input_pipeline, tasks
+from t2t_jax import checkpoints, decode, input_pipeline, tasks, workdirs
 from t2t_jax.config import DecodeConfig, ExperimentConfig, ModelConfig
 from t2t_jax.errors import UserError
 
@@ -46,10 +46,10 @@ def load_ensemble(cfg: ExperimentConfig, dirs: Sequence[str]
   """
   members, first_vocab = [], None
   for member in dirs:
-    found = checkpoints.recorded_settings(member)
+    found = workdirs.recorded_settings(member)
     if found is None:
       raise UserError(f"ensemble member {member} holds no trained run "
-                      f"(no {checkpoints.RUN_INFO})")
+                      f"(no {workdirs.RUN_INFO})")
     model_cfg = ModelConfig(**found[1]["model"])
     vocab = input_pipeline.workdir_vocab([member])
     if vocab is None:
@@ -111,11 +111,11 @@ class Translator:
     """The model(s) of a trained workdir; `ensemble` adds other workdirs of the same
     vocabulary. Keyword arguments replace `decode.*` settings: beam_size, alpha,
     max_extra_length, min_length, mbr, mbr_temperature."""
-    cfg = checkpoints.recorded_config(workdir)
+    cfg = workdirs.recorded_config(workdir)
     if cfg is None:
-      damaged = checkpoints.damaged_run_info(workdir)
-      raise UserError(f"{workdir} holds no trained run (no {checkpoints.RUN_INFO})" if not damaged
-                      else f"{os.path.join(workdir, checkpoints.RUN_INFO)} is damaged "
+      damaged = workdirs.damaged_run_info(workdir)
+      raise UserError(f"{workdir} holds no trained run (no {workdirs.RUN_INFO})" if not damaged
+                      else f"{os.path.join(workdir, workdirs.RUN_INFO)} is damaged "
                            f"({damaged}); restore it from a copy, or use the command line "
                            f"with the run's --experiment and --set flags")
     return cls.from_config(cfg, workdir, ensemble, **decode_settings)

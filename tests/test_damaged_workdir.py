@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from t2t_jax import checkpoints, main
+from t2t_jax import checkpoints, main, workdirs
 
 from helpers import FAST_DATA, TINY_MODEL, set_flags
 
@@ -222,12 +222,12 @@ def test_each_command_reads_the_workdirs_record_once(trained, tmp_path, capsys, 
   reads, read_text = [], storage.read_text
 
   def counted(path):
-    if str(path).endswith(checkpoints.RUN_INFO):
+    if str(path).endswith(workdirs.RUN_INFO):
       reads.append(path)
     return read_text(path)
 
   monkeypatch.setattr(storage, "read_text", counted)
-  checkpoints._parsed_run_info.cache_clear()  # as a new command's process starts
+  workdirs._parsed_run_info.cache_clear()  # as a new command's process starts
   code, _, err = run_main(_args(workdir, mode, tmp_path, dataset), capsys)
   assert code == 0, err[-3000:]
   assert len(reads) == 1, reads

@@ -16,7 +16,7 @@ FLOORS = {
     "parsing": 1, "retention": 2,
     # the model (its products in cpu_kernels), the optimiser; the named experiments
     "cpu_kernels": 2, "optim": 2, "hostmem": 2, "side_by_side": 2, "registry": 2, "configs": 2,
-    "model": 3, "ensemble": 3, "tasks": 3,
+    "model": 3, "ensemble": 3, "tasks": 3, "workdirs": 3,
     "checkpoints": 4, "attention_plot": 4, "loss": 4, "input_pipeline": 4, "decode": 4,
     # training and decoding
     "bookkeeping": 5, "translator": 5, "export": 5,

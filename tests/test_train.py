@@ -16,7 +16,8 @@ import numpy as np
 import optax
 import pytest
 
-from t2t_jax import bookkeeping, checkpoints, loss, model, optim, parallel, registry, train
+from t2t_jax import (bookkeeping, checkpoints, loss, model, optim, parallel, registry, train,
+                     workdirs)
 from t2t_jax.config import DataConfig, override
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import EOS_ID
@@ -1715,7 +1716,7 @@ def test_a_run_ended_by_its_budget_averages_its_last_step_instead_of_the_one_jus
       "train.checkpoint_every_minutes": 0, "train.max_train_minutes": 17.9,
       "average.last": 2, "train.final_eval": False, "train.eval_every_steps": 100})
   train.train_and_evaluate(cfg, str(tmp_path))
-  assert train.checkpoints.committed_steps(str(tmp_path))[-1] == 9
+  assert workdirs.committed_steps(str(tmp_path))[-1] == 9
   train.run_average(cfg, str(tmp_path))
   assert _averaged(tmp_path) == [4, 9]
 
@@ -1767,10 +1768,10 @@ def test_a_step_folder_in_a_bucket_without_its_commit_marker_is_no_checkpoint(tm
   write that was killed leaves `checkpoints/1/` without it, and the workdir is untrained."""
   from t2t_jax import storage
   (tmp_path / "checkpoints" / "1" / "params").mkdir(parents=True)
-  assert checkpoints.committed_steps(str(tmp_path)) == [1]  # locally: renamed when whole
+  assert workdirs.committed_steps(str(tmp_path)) == [1]  # locally: renamed when whole
   monkeypatch.setattr(storage, "is_remote", lambda path: True)
   assert not bookkeeping.has_checkpoints(str(tmp_path))
-  (tmp_path / "checkpoints" / "1" / checkpoints.COMMIT_MARKER).write_text("done")
+  (tmp_path / "checkpoints" / "1" / workdirs.COMMIT_MARKER).write_text("done")
   assert bookkeeping.has_checkpoints(str(tmp_path))
 
 

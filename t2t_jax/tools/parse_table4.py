@@ -54,9 +54,9 @@ def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
                  constrained: bool) -> tuple[dict[str, Any], list[str], list[str]]:
   """The run's averaged parser on `split` with these settings: its figures, its trees and the
   gold trees."""
-  from t2t_jax import checkpoints, input_pipeline, tasks, translator
+  from t2t_jax import input_pipeline, tasks, translator, workdirs
   from t2t_jax.config import override
-  cfg = checkpoints.recorded_config(workdir)
+  cfg = workdirs.recorded_config(workdir)
   cfg = override(cfg, {"decode.beam_size": beam, "decode.alpha": alpha,
                        "decode.max_extra_length": extra, "decode.constrained": constrained,
                        "decode.mbr": False})
@@ -79,9 +79,9 @@ def training_record(run: str, workdir: str) -> dict[str, Any]:
   """What a run trained: its last logged step, training minutes, median tokens/s, dropout,
   parameters, and its Table 2 cost (WORKDIR/cost.json)."""
   import statistics
-  from t2t_jax import checkpoints, model
+  from t2t_jax import model, workdirs
   from t2t_jax.tools import plot
-  cfg = checkpoints.recorded_config(workdir)
+  cfg = workdirs.recorded_config(workdir)
   logged = [r for r in plot.read_metrics(workdir) if "tokens_per_sec" in r]
   cost_path = os.path.join(workdir, "cost.json")
   return {"run": run, "kind": "training", "steps": logged[-1]["step"],
