@@ -255,12 +255,26 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
     ds = builder.as_dataset(split=split, shuffle_files=False)
   except Exception as e:  # tfds raises many types; one line is what a user needs
     raise DataError(f"tfds:{name} split {split!r}: {type(e).__name__}: "
-                    f"{_tfds_message(str(e))}") from None
+                    f"{_tfds_message(str(e))}{hub_fallback(name, src_lang, tgt_lang)}"
+                    ) from None
   for ex in tfds.as_numpy(ds):
     if src_lang not in ex or tgt_lang not in ex:
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
     src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
     yield src, tgt
+
+
+_TFDS_WMT = re.compile(r"^wmt(1[3-9])_translate/([a-z]{2}-[a-z]{2})$")
+
+
+def hub_fallback(name: str, src_lang: str, tgt_lang: str) -> str:
+  """For a tfds WMT corpus (whose downloads from statmt.org fail often), the same corpus
+  from the Hugging Face hub as a spec to try instead; else nothing."""
+  m = _TFDS_WMT.match(name)
+  if not m:
+    return ""
+  return (f". The same corpus from the Hugging Face hub: --dataset=hf:wmt/wmt{m.group(1)}/"
+          f"{m.group(2)}:{src_lang}-{tgt_lang} (pip install -e \".[hf]\")")
 
 
 def _tfds_message(text: str, most: int = 20) -> str:

@@ -566,3 +566,27 @@ def test_held_out_lines_stay_aligned_with_their_files_through_eval(tmp_path):
   inference.run_eval(cfg, str(tmp_path / "run"), splits=["test"], ds=ds)
   hyps = (tmp_path / "run" / "eval" / "test.hyp").read_text().split("\n")[:-1]
   assert len(hyps) == 3 and hyps[1] == ""
+
+
+def test_a_failed_tfds_wmt_download_names_the_same_corpus_on_the_hub(monkeypatch):
+  """statmt.org's WMT downloads fail often under tfds; the one-line error then gives the
+  spec that reads the same corpus from the Hugging Face hub."""
+  import sys
+  import types
+
+  class DownloadError(Exception):
+    pass
+
+  def builder(name, data_dir=None):
+    raise DownloadError("Failed to get url http://www.statmt.org/wmt13/training-parallel-"
+                        "commoncrawl.tgz. HTTP code: 503.")
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets",
+                      types.SimpleNamespace(builder=builder))
+  with pytest.raises(data_sources.DataError) as e:
+    next(data_sources.iter_tfds_pairs("wmt14_translate/fr-en", "train", "en", "fr", None))
+  assert "HTTP code: 503" in str(e.value) and "\n" not in str(e.value)
+  assert "--dataset=hf:wmt/wmt14/fr-en:en-fr" in str(e.value)
+  with pytest.raises(data_sources.DataError) as e:
+    next(data_sources.iter_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", "pt", "en",
+                                      None))
+  assert "hf:" not in str(e.value)
