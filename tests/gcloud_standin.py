@@ -49,7 +49,8 @@ def main(argv):
     env = {**os.environ, "HOME": homes[i], "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
            "SLURM_JOB_ID": "1", "SLURM_STEP_NODELIST": "localhost",
            "SLURM_NTASKS": str(len(workers)), "SLURM_PROCID": str(i), "SLURM_LOCALID": "0",
-           "SLURM_NODEID": str(i), "SLURM_STEP_TASKS_PER_NODE": f"1(x{len(workers)})"}
+           "SLURM_NODEID": str(i), "SLURM_STEP_TASKS_PER_NODE": f"1(x{len(workers)})",
+           "TPU_WORKER_ID": str(i)}  # what a TPU VM's metadata says (agent-worker-number)
     procs.append(subprocess.Popen(["bash", "-c", named["command"]], cwd=homes[i], env=env))
   return max(p.wait() for p in procs)
 

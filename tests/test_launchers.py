@@ -302,9 +302,10 @@ def test_one_task_per_node_drives_every_gpu_of_its_node(tasks_per_node, visible)
 def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_path):
   """setup builds a wheel of this checkout and installs it on each host (EXTRAS without
   libtpu: no TPU here); the run and data lie in a folder both hosts share (the bucket of the
-  script's default is tests/test_object_store.py's); train forwards its arguments to every host's trainer, which trains as
-  a two-process job, then averages and evaluates on process 0; eval does it again; train
-  again resumes on both hosts."""
+  script's default is tests/test_object_store.py's); train starts every host's trainer in
+  the background with its arguments, a two-process job that averages and evaluates on
+  process 0, each host's log copied beside the run; attach follows one; eval does it again;
+  train again resumes on both hosts."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   gcloud = bin_dir / "gcloud"
@@ -329,14 +330,47 @@ def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_
     installed = list((tmp_path / "hosts" / host / "t2t_jax_env").glob(
         "lib/python*/site-packages/t2t_jax/main.py"))
     assert installed, f"{host} has no t2t_jax installed"
+  logs = [workdir / "logs" / f"host{i}.log" for i in (0, 1)]
+
+  def train_detached(steps):
+    """`train` returns at once; the job runs on, each host's log lands in the run's folder
+    while it runs and, with its exit status last, when it ends."""
+    for log in logs:
+      log.unlink(missing_ok=True)
+    out = script("train", *set_flags(_train_sets(steps, trains)))
+    assert "training in the background on every host" in out, out[-3000:]
+    deadline = time.time() + TIMEOUT
+    while not all(l.exists() and "exit " in l.read_text() for l in logs):
+      assert time.time() < deadline, [l.read_text()[-2000:] for l in logs if l.exists()]
+      time.sleep(1)
+    texts = [l.read_text() for l in logs]
+    assert all(t.rstrip().endswith("exit 0") for t in texts), [t[-2000:] for t in texts]
+    return texts
+
   trains = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
-  out = script("train", *set_flags(_train_sets(4, trains)))
-  assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
-  assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
+  env["LOG_EVERY_S"] = "1"
+  host0, host1 = train_detached(4)
+  assert "process 1 of 2: 4 local of 8 devices" in host1, host1[-3000:]
+  assert host0.count("test: sacreBLEU") == 1 and "averaged" in host0, host0[-3000:]
+  assert "sacreBLEU" not in host1  # process 0's work alone
   assert (workdir / "eval" / "test.json").exists()
   assert (tmp_path / "shared" / "t2t_data").is_dir()  # DATA_DIR, every host's
+  # `attach` follows a host's log: here, the finished one from its first line.
+  attach = subprocess.Popen(["bash", str(REPO / "launch/tpu_vm.sh"), "attach"], cwd=tmp_path,
+                            env={**env, "WORKER": "1"}, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its tail -F, killed with it
+  try:
+    followed = ""
+    for line in attach.stdout:
+      followed += line
+      if line.startswith("exit 0"):
+        break
+    assert "process 1 of 2" in followed, followed[-2000:]
+  finally:
+    os.killpg(attach.pid, signal.SIGKILL)
+    attach.wait()
   out = script("eval", *set_flags(_train_sets(4, EXTRA)))
   assert out.count("test: sacreBLEU") == 1 and "averaged" in out, out[-3000:]
-  out = script("train", *set_flags(_train_sets(6, trains)))
-  assert out.count("resuming from checkpoint 4") == 2, out[-3000:]
+  texts = train_detached(6)
+  assert all(t.count("resuming from checkpoint 4") == 1 for t in texts), texts[0][-3000:]
   _assert_equals_single_process(tmp_path, workdir, 6)
