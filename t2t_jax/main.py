@@ -364,8 +364,14 @@ def run_mode(cfg: ExperimentConfig, workdir: str, splits: list[str],
 
 def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   """Trains (resuming if possible), then finishes as the paper did: average, then evaluate."""
-  from t2t_jax import inference, train
+  from t2t_jax import inference, parallel, train, workdirs
   again = _this_command()
+  run = workdirs.Workdir(workdir)
+  # While training is stopped before its end the workdir says so (`workdirs.STOPPED`): what a
+  # batch script asks to requeue itself. Process 0 writes it; this command clears it.
+  primary = lambda: jax_process_index() == 0
+  if primary():
+    run.clear_stopped()
   try:
     # Before and after its loop (data preparation, restore, compilation) a SIGTERM stops the
     # command at once: preparation removes its temporary folder, nothing else is half-written.
@@ -374,13 +380,16 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   except _Stopped:
     print(f"stopped on SIGTERM outside the training loop; nothing was lost. Resume with: "
           f"{again}", flush=True)
+    if primary():
+      run.mark_stopped("SIGTERM", again)
     return
   if stopped_by:
     print(f"resume with: {again}", flush=True)
+    if primary():
+      run.mark_stopped(stopped_by, again)
     return
   if not finished or not cfg.train.final_eval:
     return
-  from t2t_jax import parallel
 
   def average_and_evaluate() -> None:
     """One-host work: in a multi-host job, process 0's on its own devices."""
@@ -394,6 +403,13 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   except _Stopped:
     print(f"stopped on SIGTERM during the final evaluation; training is complete and "
           f"checkpointed. Decode with the same command:\n  {again}", flush=True)
+    if primary():
+      run.mark_stopped("SIGTERM", again)
+
+
+def jax_process_index() -> int:
+  import jax
+  return jax.process_index()
 
 
 def _this_command() -> str:

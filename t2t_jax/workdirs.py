@@ -16,6 +16,9 @@ from t2t_jax import storage
 from t2t_jax.config import DataConfig, ExperimentConfig, ModelConfig
 
 VOCABULARY = "spm.model"  # the run's SentencePiece model, copied in when training starts
+# Present while the run's training was stopped by a signal before its end (a time limit, a
+# preemption): what a batch script asks to requeue itself (launch/slurm_gpu.sbatch).
+STOPPED = "stopped.json"
 
 
 COMMIT_MARKER = "commit_success.txt"
@@ -162,3 +165,19 @@ class Workdir:
   @property
   def averaged(self) -> str:
     return averaged_dir(self.path)
+
+  @property
+  def stopped(self) -> str:
+    return storage.join(self.path, STOPPED)
+
+  def mark_stopped(self, signal_name: str, resume: str) -> None:
+    """Training stopped on `signal_name` before its end; `resume` is the command that
+    finishes it."""
+    import time
+    storage.write_atomic(self.stopped, json.dumps(
+        {"signal": signal_name, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+         "resume": resume}) + "\n")
+
+  def clear_stopped(self) -> None:
+    if storage.exists(self.stopped):
+      storage.remove(self.stopped)

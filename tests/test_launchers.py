@@ -234,47 +234,46 @@ def test_srun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(slurm, tmp
                            {**slurm, "XLA_FLAGS": DEVICES.format(4)})
 
 
-def test_the_sbatch_script_as_written_trains_averages_evaluates_and_resumes(slurm, tmp_path):
+def test_the_sbatch_script_as_written_trains_through_its_own_requeue(slurm, tmp_path):
   """launch/slurm_gpu.sbatch unchanged, on two nodes of one task each: only
   environment variables adapt it (the experiment, workdir and data folder it reads, and
   SBATCH_GPUS_PER_NODE=0 for a cluster without GPUs); its arguments reach every task. A
   segment stopped by SIGTERM to its steps (what `--signal=TERM@180` sends before the time
-  limit) checkpoints and neither averages nor evaluates; the resubmission resumes, and
-  at the last step averages and evaluates once."""
+  limit) checkpoints, neither averages nor evaluates, and requeues the job itself; the
+  next segment resumes and, at the last step, averages and evaluates once. One sbatch
+  --wait, one log: no resubmission by hand."""
   workdir = tmp_path / "sbatch_run"
   env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
          "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
          "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
-
-  def submit(steps, stop=False):
-    extra = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
-    proc = subprocess.Popen(["sbatch", "--wait", "--parsable",
-                             str(REPO / "launch/slurm_gpu.sbatch"),
-                             *set_flags(_train_sets(steps, extra))],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    job = proc.stdout.readline().strip().split(";")[0]
-    log = tmp_path / f"job-{job}.out"
-    if stop:  # once both tasks announce the run, SIGTERM to the job's steps (not its shell)
-      deadline = time.time() + TIMEOUT
-      while (not log.exists() or log.read_text().count("parameters, 4 device(s)") < 2):
-        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
-        time.sleep(1)
-      subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True)
-    _, err = proc.communicate(timeout=TIMEOUT)
-    out = log.read_text() if log.exists() else ""
-    assert proc.returncode == 0, (err, out[-3000:])
-    return out
-
-  out = submit(100_000, stop=True)
-  assert "process 1 of 2: 4 local of 8 devices" in out, out[-3000:]
-  assert "on SIGTERM" in out and "averaged" not in out and "sacreBLEU" not in out, out[-3000:]
-  stopped = _stopped_step(out)
-  out = submit(stopped + 2)  # resubmitting the job resumes it, and finishes
-  assert out.count(f"resuming from checkpoint {stopped}") == 2, out[-3000:]
-  assert "averaged" in out and out.count("test: sacreBLEU") == 1, out[-3000:]
+  steps = 40  # the stop lands at the first agreed step, long before these
+  extra = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
+  proc = subprocess.Popen(["sbatch", "--wait", "--parsable",
+                           str(REPO / "launch/slurm_gpu.sbatch"),
+                           *set_flags(_train_sets(steps, extra))],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  job = proc.stdout.readline().strip().split(";")[0]
+  log = tmp_path / f"job-{job}.out"
+  deadline = time.time() + TIMEOUT
+  # Once both tasks announce the run, SIGTERM to the job's steps (not its shell).
+  while not log.exists() or log.read_text().count("parameters, 4 device(s)") < 2:
+    assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+    time.sleep(1)
+  subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True)
+  _, err = proc.communicate(timeout=2 * TIMEOUT)
+  out = log.read_text() if log.exists() else ""
+  assert proc.returncode == 0, (err, out[-3000:])
+  first, _, second = out.partition("requeueing job")
+  assert "process 1 of 2: 4 local of 8 devices" in first, out[-3000:]
+  assert "on SIGTERM" in first and "averaged" not in first and "sacreBLEU" not in first, \
+      out[-3000:]
+  stopped = _stopped_step(first)
+  assert second.count(f"resuming from checkpoint {stopped}") == 2, out[-3000:]
+  assert "averaged" in second and second.count("test: sacreBLEU") == 1, out[-3000:]
+  assert "requeueing" not in second and not (workdir / "stopped.json").exists()
   assert (workdir / "eval" / "test.json").exists() and (workdir / "averaged").is_dir()
-  _assert_equals_single_process(tmp_path, workdir, stopped + 2)
+  _assert_equals_single_process(tmp_path, workdir, steps)
 
 
 @pytest.mark.parametrize("tasks_per_node, visible", [("1(x2)", "all"), ("2", "0")])

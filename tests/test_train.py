@@ -611,6 +611,33 @@ def test_a_sigterm_once_the_run_is_announced_is_a_stop_request_not_an_exit(tmp_p
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
 
 
+def test_a_stopped_run_says_so_in_its_workdir_until_a_command_finishes_it(tmp_path,
+                                                                         monkeypatch):
+  """A batch script requeues a job whose training a signal stopped before its end
+  (launch/slurm_gpu.sbatch): the workdir holds stopped.json from the stop until the command
+  that finishes training, and never after a run that ended."""
+  import json
+  import signal
+  from t2t_jax import main, workdirs
+  real = train.Run.shapes_to_compile
+
+  def signalled(self):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(self)
+
+  cfg = tiny_cfg(**{"train.steps": 6, "train.checkpoint_every_steps": 100,
+                    "train.final_eval": False, "data.max_length": 32})
+  marker = tmp_path / workdirs.STOPPED
+  with monkeypatch.context() as m:
+    m.setattr(train.Run, "shapes_to_compile", signalled)
+    main.run_train(cfg, str(tmp_path))
+  record = json.loads(marker.read_text())
+  assert record["signal"] == "SIGTERM" and record["resume"].startswith("python -m t2t_jax.main")
+  main.run_train(cfg, str(tmp_path))  # resumes and ends
+  assert not marker.exists()
+  assert workdirs.committed_steps(str(tmp_path))[-1] == 6
+
+
 def test_prefetcher_yields_in_order_then_raises_the_producers_error():
   def produce(step):
     if step == 13:
