@@ -464,3 +464,23 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
                                         sets=sets) + [f"--output={tmp_path / 'hf'}"],
                            capture_output=True, text=True)
   assert refused.returncode == 2 and "only translation models are exported" in refused.stderr
+
+
+def test_a_runs_own_evaluation_joins_table4_as_it_was_decoded(tmp_path):
+  """`parse_table4 --other_eval`: a run's final evaluation of dev, not decoded again, keeps
+  who decoded it (the training run's code) beside its figures, and its trees for EVALB."""
+  import json
+  from t2t_jax.tools import parse_table4
+  folder = tmp_path / "eval"
+  folder.mkdir()
+  (folder / "dev.json").write_text(json.dumps({
+      "split": "dev", "f1": 41.5, "checkpoint": f"average of checkpoints 6..8 in {tmp_path}",
+      "commit": "abc", "date": "2026-12-03", "machine": "m", "command": "train",
+      "beam_size": 21, "constrained": True, "data": "ptb:...", "dtype": "float32"}))
+  (folder / "dev.trees").write_text(GOLD + "\n")
+  (folder / "dev.gold").write_text(GOLD + "\n")
+  found, trees, gold = parse_table4.stored_eval(str(tmp_path), "dev")
+  assert found["f1"] == 41.5 and found["beam_size"] == 21 and found["constrained"]
+  assert found["decoded_by"]["commit"] == "abc" and "commit" not in found
+  assert "WORKDIR" in found["checkpoint"] and str(tmp_path) not in found["checkpoint"]
+  assert trees == gold == [GOLD]

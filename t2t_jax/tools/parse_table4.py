@@ -3,8 +3,8 @@ translation's, with and without the tree constraint, beside other runs (a tuned 
 EVALB's own figures where its binary is given.
 
   python -m t2t_jax.tools.parse_table4 --workdir=runs/parse_wsj_sample \
-      [--other=dropout_0.1=runs/parse_dropout01] [--evalb=EVALB/evalb --prm=EVALB/COLLINS.prm] \
-      [--out=results/parse_wsj_sample/table4.jsonl]
+      [--other=dropout_0.1=runs/parse_dropout01] [--other_eval=NAME=WORKDIR] \
+      [--evalb=EVALB/evalb --prm=EVALB/COLLINS.prm] [--out=results/parse_wsj_sample/table4.jsonl]
 
 Each line of the output is a record: the run, the split, the decoding (beam, alpha, extra
 length, constrained), EVALB's figures by `t2t_jax.parsing.evalb`, the well-formed share of the
@@ -28,6 +28,9 @@ from absl import app, flags
 flags.DEFINE_string("workdir", None, "The parser's workdir (the recipe's run).")
 flags.DEFINE_multi_string("other", [], "NAME=WORKDIR: another run, decoded the paper's way on "
                           "dev (a knob's other setting).")
+flags.DEFINE_multi_string("other_eval", [], "NAME=WORKDIR: another run's own final evaluation "
+                          "of dev (its eval/dev.json and trees, decoded by the code that trained "
+                          "it), not decoded again.")
 flags.DEFINE_string("evalb", "", "An EVALB binary, to score the same trees with it too.")
 flags.DEFINE_string("prm", "", "EVALB's parameter file (COLLINS.prm).")
 flags.DEFINE_string("out", "", "JSONL file of records.")
@@ -75,6 +78,21 @@ def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
   return found, trees, gold
 
 
+def stored_eval(workdir: str, split: str) -> tuple[dict[str, Any], list[str], list[str]]:
+  """A run's own evaluation of `split` (WORKDIR/eval/<split>.json, .trees, .gold), as
+  `decode_split` returns a decoding's; the paper's decoding, as the run's final evaluation
+  decodes."""
+  folder = os.path.join(workdir, "eval")
+  found = json.load(open(os.path.join(folder, f"{split}.json")))
+  found["decoded_by"] = {k: found.get(k) for k in ("commit", "date", "machine", "command")}
+  for key in ("data", "task", "dtype", "machine", "date", "jax", "commit", "command",
+              "min_length"):
+    found.pop(key, None)
+  found["checkpoint"] = found["checkpoint"].replace(workdir, "WORKDIR")
+  read = lambda kind: open(os.path.join(folder, f"{split}.{kind}")).read().splitlines()
+  return found, read("trees"), read("gold")
+
+
 def training_record(run: str, workdir: str) -> dict[str, Any]:
   """What a run trained: its last logged step, training minutes, median tokens/s, dropout,
   parameters, and its Table 2 cost (WORKDIR/cost.json)."""
@@ -96,16 +114,19 @@ def training_record(run: str, workdir: str) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
   del argv
   from t2t_jax.tools import write_record
-  if not FLAGS.workdir:
-    sys.exit("error: --workdir is required")
-  runs = [("recipe", FLAGS.workdir)] + [tuple(o.split("=", 1)) for o in FLAGS.other]
+  evaluated = [tuple(o.split("=", 1)) for o in FLAGS.other_eval]
+  if not FLAGS.workdir and not evaluated:
+    sys.exit("error: --workdir is required (or --other_eval alone, to add stored evaluations)")
+  runs = ([("recipe", FLAGS.workdir)] if FLAGS.workdir else []) + [
+      tuple(o.split("=", 1)) for o in FLAGS.other]
   jobs = []
-  for name, beam, alpha, extra in DECODINGS:
-    for constrained in (True, False):
-      jobs.append(("recipe", FLAGS.workdir, "dev", name, beam, alpha, extra, constrained))
-  for run, workdir in runs[1:]:
+  if FLAGS.workdir:
+    for name, beam, alpha, extra in DECODINGS:
+      for constrained in (True, False):
+        jobs.append(("recipe", FLAGS.workdir, "dev", name, beam, alpha, extra, constrained))
+  for run, workdir in runs[1 if FLAGS.workdir else 0:]:
     jobs.append((run, workdir, "dev", *DECODINGS[0], True))
-  if FLAGS.test:
+  if FLAGS.test and FLAGS.workdir:
     jobs.append(("recipe", FLAGS.workdir, "test", *DECODINGS[0], True))
   out = open(FLAGS.out, "a") if FLAGS.out else None
   command = "python -m t2t_jax.tools.parse_table4 " + " ".join(sys.argv[1:])
@@ -116,8 +137,14 @@ def main(argv: list[str]) -> None:
     if out:
       out.write(line + "\n")
       out.flush()
-  for run, workdir in runs:
+  for run, workdir in runs + evaluated:
     keep(training_record(run, workdir))
+  for run, workdir in evaluated:
+    found, trees, gold = stored_eval(workdir, "dev")
+    record = {"run": run, "kind": "decoding", "decoding": "paper", **found}
+    if FLAGS.evalb:
+      record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
+    keep(record)
   for run, workdir, split, decoding, beam, alpha, extra, constrained in jobs:
     found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained)
     record = {"run": run, "kind": "decoding", "decoding": decoding, **found}
