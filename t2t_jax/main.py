@@ -368,10 +368,9 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
   again = _this_command()
   run = workdirs.Workdir(workdir)
   # While training is stopped before its end the workdir says so (`workdirs.STOPPED`): what a
-  # batch script asks to requeue itself. Process 0 writes it; this command clears it.
+  # batch script asks to requeue itself. Process 0 writes it, and clears it once training
+  # has ended. (Asked after training began: the process index starts the backend.)
   primary = lambda: jax_process_index() == 0
-  if primary():
-    run.clear_stopped()
   try:
     # Before and after its loop (data preparation, restore, compilation) a SIGTERM stops the
     # command at once: preparation removes its temporary folder, nothing else is half-written.
@@ -388,6 +387,8 @@ def run_train(cfg: ExperimentConfig, workdir: str) -> None:
     if primary():
       run.mark_stopped(stopped_by, again)
     return
+  if finished and primary():
+    run.clear_stopped()
   if not finished or not cfg.train.final_eval:
     return
 
