@@ -228,7 +228,8 @@ def export_huggingface(cfg: ExperimentConfig, workdir: str, output: str) -> str:
     raise UserError(f"export: {output} exists and is not empty; give a new --output")
   # Built in a local folder; then renamed into place, or, for a bucket, its files uploaded
   # with config.json last (transformers reads a folder from its config).
-  with storage.replacing_folder(output, build_locally=True, last=("config.json",)) as tmp:
+  with storage.replacing_folder(output, build_locally=True, last=("config.json",),
+                                unique=True) as tmp:
     src_lang, tgt_lang = data_sources.spec_languages(cfg.data.dataset) or ("src", "tgt")
     vocab_size = tokenizer_files(spm_path, tmp, src_lang, tgt_lang, cfg.model.vocab_size)
     if vocab_size > cfg.model.vocab_size:

@@ -382,21 +382,25 @@ def discard_tree(path: str, aside: str, name: str) -> None:
 
 
 @contextlib.contextmanager
-def replacing_folder(out: str, build_locally: bool = False,
-                     last: Sequence[str] = ()) -> Iterator[str]:
+def replacing_folder(out: str, build_locally: bool = False, last: Sequence[str] = (),
+                     unique: bool = False) -> Iterator[str]:
   """A folder to write a new `out` into; when the block ends it is `out`, the old one gone.
   Locally it is a sibling renamed into place (a kill leaves the old or the new). A bucket
   has no rename: the folder is `out` itself, emptied first, and the caller marks it whole
   by what it writes last; or, with `build_locally`, a local folder whose files are uploaded
-  when the block ends, the names in `last` after the others."""
+  when the block ends, the names in `last` after the others. The local sibling is OUT.tmp
+  (a killed write's is removed by the next), or with `unique` a name no other process uses
+  (beside a user's own folders, none of which is ever removed)."""
   if is_remote(out) and not build_locally:
     rmtree(out)
     yield out
     return
   import tempfile
-  # Locally OUT.tmp, beside it on the same disk; a killed write's is removed by the next.
-  tmp = os.path.join(tempfile.mkdtemp(), basename(out)) if is_remote(out) else out + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
+  if is_remote(out):
+    tmp = os.path.join(tempfile.mkdtemp(), basename(out))
+  else:
+    tmp = _sibling(out) if unique else out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   try:
     yield tmp
