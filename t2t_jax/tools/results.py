@@ -101,7 +101,8 @@ def _caption(*records: dict[str, Any]) -> str:
   """A results README's line under its table: where and when, jax, the commit."""
   r = records[0]
   commits = sorted({x["commit"][:7] for x in records})
-  return (f"\n{r['machine']}; {r['date']}; jax {jax_version(r)}; "
+  dates = sorted({x["date"] for x in records})
+  return (f"\n{r['machine']}; {', '.join(dates)}; jax {jax_version(r)}; "
           f"commit {', '.join(commits)}.\n")
 
 
