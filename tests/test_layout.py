@@ -97,8 +97,8 @@ def test_the_checkpoint_module_is_in_parts_of_one_job_each():
 def test_local_and_bucket_paths_differ_in_the_storage_seam_alone():
   """Whether a path is in a bucket is asked in storage.py, not in each caller: a caller says
   what it wants (a file that appears whole, a folder replaced, a local mirror), storage.py
-  how. bucket_save is a tool that measures a bucket and refuses anything else."""
-  allowed = {"t2t_jax.storage", "t2t_jax.tools.bucket_save"}
+  how."""
+  allowed = {"t2t_jax.storage"}
   found = []
   for module, path in _modules():
     if module in allowed:

@@ -73,7 +73,7 @@ def main(argv):
   del argv
   from t2t_jax import checkpoints, model, storage
   from t2t_jax.tools import state_with_dense_moments, write_record
-  if not FLAGS.remote or not storage.is_remote(FLAGS.remote):
+  if not FLAGS.remote or not FLAGS.remote.startswith(storage.SUPPORTED):
     raise SystemExit("--remote=gs://BUCKET/PATH is required")
   state = state_with_dense_moments(FLAGS.experiment)
   local_root = tempfile.mkdtemp()
