@@ -468,9 +468,11 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
 
 def test_a_runs_own_evaluation_joins_table4_as_it_was_decoded(tmp_path):
   """`parse_table4 --other_eval`: a run's final evaluation of dev, not decoded again, keeps
-  who decoded it (the training run's code) beside its figures, and its trees for EVALB."""
+  who decoded it (the training run's code) beside its figures, and its trees for EVALB. (In
+  a process of its own: the tool defines command-line flags that main's share names with.)"""
   import json
-  from t2t_jax.tools import parse_table4
+  import subprocess
+  import sys
   folder = tmp_path / "eval"
   folder.mkdir()
   (folder / "dev.json").write_text(json.dumps({
@@ -479,7 +481,12 @@ def test_a_runs_own_evaluation_joins_table4_as_it_was_decoded(tmp_path):
       "beam_size": 21, "constrained": True, "data": "ptb:...", "dtype": "float32"}))
   (folder / "dev.trees").write_text(GOLD + "\n")
   (folder / "dev.gold").write_text(GOLD + "\n")
-  found, trees, gold = parse_table4.stored_eval(str(tmp_path), "dev")
+  code = ("import json, sys; from t2t_jax.tools import parse_table4; "
+          "print(json.dumps(parse_table4.stored_eval(sys.argv[1], 'dev')))")
+  r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  found, trees, gold = json.loads(r.stdout)
   assert found["f1"] == 41.5 and found["beam_size"] == 21 and found["constrained"]
   assert found["decoded_by"]["commit"] == "abc" and "commit" not in found
   assert "WORKDIR" in found["checkpoint"] and str(tmp_path) not in found["checkpoint"]
