@@ -246,7 +246,7 @@ def test_the_sbatch_script_as_written_trains_through_its_own_requeue(slurm, tmp_
   env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
          "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
          "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
-  steps = 40  # the stop lands at the first agreed step, long before these
+  steps = 10  # the stop lands at the first agreed step (2), long before these
   extra = {**EXTRA, "train.checkpoint_every_steps": 2, "train.final_eval": True}
   proc = subprocess.Popen(["sbatch", "--wait", "--parsable",
                            str(REPO / "launch/slurm_gpu.sbatch"),
