@@ -431,9 +431,8 @@ def demo_corpus(seed: int = 0) -> dict[str, tuple[list[str], list[str]]]:
 
 def temporary_name(path: str) -> str:
   """A sibling of `path` no other process (on this host or another sharing the disk) uses."""
-  import socket
-  import uuid
-  return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  from t2t_jax import storage
+  return storage.temporary_name(path)
 
 
 def remove_dead_temporaries(path: str) -> list[str]:

@@ -158,20 +158,12 @@ def write_atomic(path: str, data: str | bytes) -> None:
   """`path` holds `data` whole or keeps what it held: locally a file of this process's own
   name (two writers of one path must not write into each other's file) renamed into place;
   in a bucket one object write, which is atomic."""
-  mode = "wb" if isinstance(data, bytes) else "w"
   if is_remote(path):
-    with open_file(path, mode) as f:
+    with open_file(path, "wb" if isinstance(data, bytes) else "w") as f:
       f.write(data)
     return
-  import uuid
-  tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-  try:
-    with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-      f.write(data)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  with writing(path, binary=isinstance(data, bytes)) as f:
+    f.write(data)
 
 
 def append_lines(path: str, lines: list[str]) -> None:
@@ -323,9 +315,9 @@ def local_log(folder: str, name: str) -> str:
   return os.path.join(local, hashlib.sha256(folder.encode()).hexdigest()[:16] + ".log")
 
 
-def _sibling(path: str) -> str:
-  """A name beside `path` that no other process (on this host or another sharing the
-  disk) uses."""
+def temporary_name(path: str) -> str:
+  """A sibling of `path` no other process (on this host or another sharing the disk) uses
+  (`data_sources.remove_dead_temporaries` reads its host and process back)."""
   import socket
   import uuid
   return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -341,7 +333,7 @@ def writing(path: str, binary: bool = False) -> Iterator[Any]:
     yield buffer
     write_atomic(path, buffer.getvalue())
     return
-  tmp = _sibling(path)
+  tmp = temporary_name(path)
   try:
     with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
       yield f
@@ -356,7 +348,7 @@ def copy_atomic(source: str, target: str) -> None:
   if is_remote(source) or is_remote(target):
     copy(source, target)  # one object write
     return
-  tmp = _sibling(target)
+  tmp = temporary_name(target)
   try:
     shutil.copyfile(source, tmp)
     os.replace(tmp, target)
@@ -399,7 +391,7 @@ def replacing_folder(out: str, build_locally: bool = False, last: Sequence[str] 
   if is_remote(out):
     tmp = os.path.join(tempfile.mkdtemp(), basename(out))
   else:
-    tmp = _sibling(out) if unique else out + ".tmp"
+    tmp = temporary_name(out) if unique else out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
   try:
