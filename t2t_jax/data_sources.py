@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import sys
 from typing import Any, Iterator
 
 from t2t_jax.errors import UserError
@@ -128,9 +129,10 @@ def _treebank_source(spec: str, rest: str) -> Source:
   return Source("ptb", "+".join(paths), TREEBANK_SRC, TREEBANK_TGT)
 
 
-def treebank_pairs(source: Source, split: str, words: bool = False
+def treebank_pairs(source: Source, split: str, words: bool | str = False
                    ) -> Iterator[tuple[str, str, str]]:
-  """A treebank split's (sentence, linearized tree (`words`: with its words), gold tree),
+  """A treebank split's (sentence, linearized tree (`words`: with its words; "tags": its
+  tags as the sentence and in the words' places), gold tree),
   file by file; the training
   split also has every tree of the extra paths. A tree that does not parse is a one-line
   DataError naming its file and its number."""
@@ -251,8 +253,11 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
   try:
     builder = tfds.builder(name, data_dir=data_dir)
     if download:
+      _check_tfds_room(name, builder)
       builder.download_and_prepare()
     ds = builder.as_dataset(split=split, shuffle_files=False)
+  except DataError:
+    raise
   except Exception as e:  # tfds raises many types; one line is what a user needs
     raise DataError(f"tfds:{name} split {split!r}: {type(e).__name__}: "
                     f"{_tfds_message(str(e))}{hub_fallback(name, src_lang, tgt_lang)}"
@@ -262,6 +267,37 @@ def iter_tfds_pairs(name: str, split: str, src_lang: str, tgt_lang: str, data_di
       raise DataError(f"tfds:{name} has features {sorted(ex)}, not {src_lang}-{tgt_lang}")
     src, tgt = ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
     yield src, tgt
+
+
+def _check_tfds_room(name: str, builder: Any) -> None:
+  """Before tfds downloads and builds `name`: a line with its catalog sizes (download and
+  built dataset, tfds's own figures) and the free disk where they go, and a one-line error
+  when the disk holds less than both together (archives are extracted beside the downloads,
+  so the peak is higher still). Nothing for a dataset already built."""
+  from t2t_jax import storage
+  prepared = getattr(builder, "is_prepared", None)
+  if callable(prepared) and prepared():
+    return
+  info = getattr(builder, "info", None)
+  download = int(getattr(info, "download_size", 0) or 0)
+  built = int(getattr(info, "dataset_size", 0) or 0)
+  where = str(getattr(builder, "data_dir", "") or "")
+  existing = where
+  while existing and not storage.exists(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  free = storage.free_bytes(existing) if existing else None
+  sizes = (f"downloads {_gib(download)} and builds {_gib(built)} (tfds's catalog)"
+           if download or built else "gives no sizes in its catalog")
+  room = f"; {_gib(free)} free at {existing}" if free is not None else ""
+  print(f"tfds:{name} {sizes}{room}", file=sys.stderr, flush=True)
+  if free is not None and download + built > free:
+    raise DataError(f"tfds:{name} needs at least {_gib(download + built)} (download "
+                    f"{_gib(download)} + build {_gib(built)}) but {existing} has {_gib(free)} "
+                    f"free: point T2T_JAX_DATA_DIR (or data.data_dir) at a larger disk")
+
+
+def _gib(n: int) -> str:
+  return f"{n / 2**30:.1f} GiB"
 
 
 _TFDS_WMT = re.compile(r"^wmt(1[3-9])_translate/([a-z]{2}-[a-z]{2})$")

@@ -119,6 +119,33 @@ def _log(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
 
 
+# Seconds between progress lines inside one preparation stage: reading or tokenising a WMT
+# split takes minutes (36M pairs: 15 minutes on 2 cores, results/prepare_36m).
+PROGRESS_EVERY_S = 30.0
+TOKENISE_CHUNK = 50_000  # lines tokenised at a time: memory stays one chunk's
+
+
+class _Progress:
+  """A line every PROGRESS_EVERY_S through a long stage: how far it is, and with a known
+  total its share and the time left at its rate so far."""
+
+  def __init__(self, what: str, total: int | None = None, unit: str = "pairs"):
+    self.what, self.total, self.unit = what, total, unit
+    self.start = self.last = time.monotonic()
+
+  def update(self, done: int) -> None:
+    now = time.monotonic()
+    if now - self.last < PROGRESS_EVERY_S:
+      return
+    self.last, elapsed = now, now - self.start
+    if self.total:
+      left = elapsed * (self.total - done) / max(done, 1)
+      _log(f"{self.what}: {done:,d} of {self.total:,d} {self.unit} "
+           f"({100 * done / self.total:.0f}%, {elapsed:.0f}s, about {left:.0f}s left)")
+    else:
+      _log(f"{self.what}: {done:,d} {self.unit} ({elapsed:.0f}s)")
+
+
 # ---------------------------------------------------------------------------
 # Preparation and caching
 
@@ -266,10 +293,12 @@ def _write_text(pairs, tmp: str, split: str, keep_empty: bool) -> tuple[int, int
   `<split>.ref.txt` for held-out splits."""
   kept = dropped = 0
   refs = None
+  progress = _Progress(f"reading {split}")
   with open(os.path.join(tmp, f"{split}.src.txt"), "w", encoding="utf-8", newline="\n") as fs, \
        open(os.path.join(tmp, f"{split}.tgt.txt"), "w", encoding="utf-8", newline="\n") as ft:
     try:
       for pair in pairs:
+        progress.update(kept + dropped)
         if not keep_empty and not (pair[0] and pair[1]):
           dropped += 1
           continue
@@ -327,17 +356,21 @@ class _IdsFile:
     self._file.close()
 
 
-def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, chunk: int = 50_000,
-              target: bool = False) -> None:
+def _tokenise(vocab: Vocabulary, text_path: str, out_prefix: str, target: bool = False,
+              progress: _Progress | None = None, done: int = 0) -> None:
   """Token ids of every line of `text_path`, chunk by chunk, to `<prefix>.ids.npy` (flat)
-  and `<prefix>.len.npy`; `target`: as the task tokenises targets (a tree's symbols whole)."""
+  and `<prefix>.len.npy`; `target`: as the task tokenises targets (a tree's symbols whole).
+  `progress`, `done`: the stage's progress line and the lines before this file's."""
   ids_file, len_file = _IdsFile(out_prefix + ".ids.npy"), _IdsFile(out_prefix + ".len.npy")
   lines = _read_lines(text_path)
   try:
     while True:
-      block = list(itertools.islice(lines, chunk))
+      block = list(itertools.islice(lines, TOKENISE_CHUNK))
       if not block:
         break
+      if progress is not None:
+        progress.update(done)
+      done += len(block)
       ids = vocab.encode_targets_many(block) if target else vocab.encode_many(block)
       lengths = np.fromiter(map(len, ids), np.int32, count=len(ids))
       ids_file.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32,
@@ -384,7 +417,8 @@ def _source_pairs(cfg: ExperimentConfig, source: Source, split: str
   if source.kind == "hf":
     return data_sources.iter_hf_pairs(source.name, split, source.src_lang, source.tgt_lang)
   if source.kind == "ptb":
-    return data_sources.treebank_pairs(source, split, cfg.data.tree_target == "words")
+    return data_sources.treebank_pairs(source, split, {"xx": False, "words": True}.get(
+        cfg.data.tree_target, cfg.data.tree_target))
   return data_sources.iter_tfds_pairs(source.name, split, source.src_lang, source.tgt_lang,
                                       tfds_data_dir(cfg))
 
@@ -447,11 +481,15 @@ def _prepare(cfg: ExperimentConfig, source: Source, out_dir: str) -> None:
     meta.update(vocab_size=vocab.size, vocab_sha256=file_sha256(vocab.path),
                 vocab_sample_sentences=sampled)
     for split in meta["splits"]:
-      _log(f"tokenising {split}: {meta['splits'][split]:,d} pairs "
-           f"({time.time() - start:.0f}s so far)")
-      for side in ("src", "tgt"):
+      n = meta["splits"][split]
+      _log(f"tokenising {split}: {n:,d} pairs ({time.time() - start:.0f}s so far)")
+      # One count over both sides (the sources, then the targets): the share and the time
+      # left are the whole split's.
+      progress = _Progress(f"tokenising {split}", total=2 * n, unit="sentences")
+      for i, side in enumerate(("src", "tgt")):
         text = os.path.join(tmp, f"{split}.{side}.txt")
-        _tokenise(vocab, text, os.path.join(tmp, f"{split}.{side}"), target=side == "tgt")
+        _tokenise(vocab, text, os.path.join(tmp, f"{split}.{side}"), target=side == "tgt",
+                  progress=progress, done=i * n)
         if split not in (cfg.data.dev_split, cfg.data.test_split):
           # Training reads only the ids; the text was half the cache (7.4 of 15 GB at 36M
           # pairs). Held-out text stays: BLEU needs its raw references.

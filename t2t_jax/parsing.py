@@ -141,11 +141,12 @@ def _clean(tree: Tree) -> Tree | None:
 WORD = "XX"  # every word's POS tag as one symbol
 
 
-def linearize(tree: Tree, words: bool = False) -> list[str]:
+def linearize(tree: Tree, words: bool | str = False) -> list[str]:
   """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `(S (NP XX XX )NP (VP XX )VP )S`, or
-  with `words`, `(S (NP The cat )NP (VP sat )VP )S`."""
+  with `words`, `(S (NP The cat )NP (VP sat )VP )S`; with `words="tags"`, the tags in the
+  words' places: `(S (NP DT NN )NP (VP VBD )VP )S`."""
   if tree.is_preterminal:
-    return [tree.children[0] if words else WORD]
+    return [tree.label if words == "tags" else tree.children[0] if words else WORD]
   return ["(" + tree.label] + [s for c in tree.children for s in linearize(c, words)] + \
       [")" + tree.label]
 
@@ -353,14 +354,16 @@ def iter_file_trees(path: str) -> Iterator[Tree]:
       yield cleaned
 
 
-def iter_examples(paths: Sequence[str], words: bool = False
+def iter_examples(paths: Sequence[str], words: bool | str = False
                   ) -> Iterator[tuple[str, str, str]]:
   """(sentence, target symbols, gold tree) for every tree of `paths`: the sentence is the
   tree's words, the target its linearization (`words`: with the words, not XX), the gold
-  tree its one-line bracketing."""
+  tree its one-line bracketing. `words="tags"`: the sentence is the tree's gold POS tags
+  and the target carries them in the words' places (the gold tree keeps its words)."""
   for path in paths:
     for tree in iter_file_trees(path):
-      yield " ".join(tree.words()), " ".join(linearize(tree, words)), tree.to_string()
+      sentence = [t for _, t in tree.leaves()] if words == "tags" else tree.words()
+      yield " ".join(sentence), " ".join(linearize(tree, words)), tree.to_string()
 
 
 # ---------------------------------------------------------------------------------------

@@ -53,13 +53,19 @@ class Task:
     """The split's figures for eval/<split>.json; `metric` among them."""
     del sources
     value, signature = bleu.sacrebleu_score(list(outputs), list(references))
-    return {"sacrebleu": round(value, 2), "bleu": round(value, 2),
-            "tokenized_bleu": round(bleu.tokenized_bleu(list(outputs), list(references), lang),
-                                    2), "signature": signature}
+    out = {"sacrebleu": round(value, 2), "bleu": round(value, 2),
+           "tokenized_bleu": round(bleu.tokenized_bleu(list(outputs), list(references), lang),
+                                   2), "signature": signature}
+    if lang in bleu.T2T_QUOTE_LANGS:
+      out["t2t_reference_bleu"] = round(bleu.tokenized_bleu(
+          list(outputs), list(references), lang, t2t_reference=True), 2)
+    return out
 
   def summary(self, result: dict[str, Any]) -> str:
+    t2t = (f"  (T2T's reference quotes: {result['t2t_reference_bleu']:.2f})"
+           if "t2t_reference_bleu" in result else "")
     return (f"sacreBLEU {result['sacrebleu']:.2f} ({result['signature']})  tokenized BLEU "
-            f"{result['tokenized_bleu']:.2f}")
+            f"{result['tokenized_bleu']:.2f}{t2t}")
 
   def dev_score(self, sources: Sequence[str], outputs: Sequence[str],
                 references: Sequence[str]) -> float:
@@ -89,9 +95,10 @@ class ParsingTask(Task):
 
   def trees(self, sources: Sequence[str], outputs: Sequence[str],
             gold: Sequence[parsing.Tree] | None = None) -> tuple[list[str], int]:
-    """Each output as a one-line tree under TOP over its source's words (with the tags of the
-    `gold` trees when given); and how many outputs the fixed repair rule had to change
-    (never, under the constraint, unless the input's words and pieces disagree)."""
+    """Each output as a one-line tree under TOP over its source's words (with the words and
+    tags of the `gold` trees when given: a "tags" source is no sentence); and how many
+    outputs the fixed repair rule had to change (never, under the constraint, unless the
+    input's words and pieces disagree)."""
     trees, repaired = [], 0
     for n, (src, out) in enumerate(zip(sources, outputs)):
       words = src.split()
@@ -101,7 +108,9 @@ class ParsingTask(Task):
       symbols = out.split()
       if not parsing.is_well_formed(symbols, len(words)):
         symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
-      tags = [t for _, t in gold[n].leaves()] if gold is not None else None
+      tags = None
+      if gold is not None:
+        words, tags = map(list, zip(*gold[n].leaves()))
       trees.append(parsing.with_top(parsing.to_tree(symbols, words, tags)))
     return trees, repaired
 
@@ -145,6 +154,6 @@ def for_dataset(spec: str) -> Task:
 
 def for_config(cfg: Any) -> Task:
   task = for_dataset(cfg.data.dataset)
-  if task is PARSING and cfg.data.tree_target == "words":
+  if task is PARSING and cfg.data.tree_target in ("words", "tags"):
     return dataclasses.replace(PARSING, words=True)
   return task

@@ -64,3 +64,25 @@ def test_an_english_german_eval_says_which_newstest2014_it_decoded():
                          ("tfds:wmt14_translate/de-en:en-de", "validation", 3000),
                          ("folder:/data/wmt:en-de", "newstest2014", 100), ("demo", "test", 3003)]:
     assert test_set_note(spec, split, n) is None
+
+
+def test_t2ts_reference_tweak_writes_the_references_german_quotes_as_ascii():
+  """T2T scored against a newstest2014.de whose „ “ were `"` (tensor2tensor#317): a
+  hypothesis with ASCII quotes matches that reference exactly, and only that figure says so;
+  the comma stays after the closing quote (Moses' normalize-punctuation would move it)."""
+  assert bleu.t2t_quotes("„Ja“, sagte er. “Nein”") == '"Ja", sagte er. "Nein"'
+  assert bleu.t2t_quotes("«Oui», dit-il.") == "«Oui», dit-il."   # guillemets are kept
+  refs = ["Er sagte: „Das Haus ist sehr groß und alt“, und ging nach Hause."]
+  hyps = ['Er sagte: "Das Haus ist sehr groß und alt", und ging nach Hause.']
+  assert bleu.tokenized_bleu(hyps, refs, "de", t2t_reference=True) == pytest.approx(100.0)
+  assert bleu.tokenized_bleu(hyps, refs, "de") < 90.0
+
+
+def test_an_eval_gives_the_t2t_reference_figure_for_german_only():
+  from t2t_jax import tasks
+  refs = ["„Ja“, sagte er."]
+  de = tasks.TRANSLATION.score(["x"], ['"Ja", sagte er.'], refs, "de")
+  assert de["t2t_reference_bleu"] == pytest.approx(100.0)
+  assert de["t2t_reference_bleu"] > de["tokenized_bleu"]
+  assert "T2T's reference quotes: 100.00" in tasks.TRANSLATION.summary(de)
+  assert "t2t_reference_bleu" not in tasks.TRANSLATION.score(["x"], ["Oui."], ["Oui."], "fr")

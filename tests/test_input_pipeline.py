@@ -590,3 +590,68 @@ def test_a_failed_tfds_wmt_download_names_the_same_corpus_on_the_hub(monkeypatch
     next(data_sources.iter_tfds_pairs("ted_hrlr_translate/pt_to_en", "train", "pt", "en",
                                       None))
   assert "hf:" not in str(e.value)
+
+
+def test_a_long_preparation_stage_prints_its_progress_and_time_left(tmp_path, monkeypatch,
+                                                                    capsys):
+  """Reading and tokenising a WMT split take minutes each: inside them a line comes every
+  PROGRESS_EVERY_S (here every chance), with the share done and the time left; the
+  ids are the same as a preparation without the lines."""
+  folder, cfg = _sampled_corpus(tmp_path, pairs=300)
+  plain = Path(input_pipeline.load(override(cfg, {"data.data_dir": str(tmp_path / "a")}),
+                                   num_devices=1).directory)
+  capsys.readouterr()
+  monkeypatch.setattr(input_pipeline, "PROGRESS_EVERY_S", 0.0)
+  monkeypatch.setattr(input_pipeline, "TOKENISE_CHUNK", 100)
+  logged = Path(input_pipeline.load(override(cfg, {"data.data_dir": str(tmp_path / "b")}),
+                                    num_devices=1).directory)
+  err = capsys.readouterr().err
+  assert "reading train: 299 pairs (" in err
+  # 300 sources then 300 targets, 100 a chunk: a line before each chunk after the first.
+  for done, pct in ((100, 17), (300, 50), (500, 83)):
+    assert f"tokenising train: {done:,d} of 600 sentences ({pct}%, " in err
+  assert "s left)" in err
+  for name in ("train.src.ids.npy", "train.tgt.ids.npy", "train.tgt.len.npy"):
+    assert (plain / name).read_bytes() == (logged / name).read_bytes()
+
+
+def test_tfds_gives_its_download_and_build_sizes_and_refuses_a_disk_too_small(
+    tmp_path, monkeypatch, capsys):
+  """Before a tfds download (WMT14 fr-en: gigabytes) the sizes from tfds's catalog and the
+  free disk are one line; a disk with less room than download + build is a one-line error
+  naming the setting that moves it, before anything is downloaded."""
+  import shutil
+  import sys
+  import types
+  downloads = []
+
+  class Builder:
+    data_dir = str(tmp_path / "tfds" / "wmt14_translate" / "fr-en" / "1.0.0")
+    info = types.SimpleNamespace(download_size=6 * 2**30, dataset_size=15 * 2**30)
+
+    def is_prepared(self):
+      return False
+
+    def download_and_prepare(self):
+      downloads.append(True)
+
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets",
+                      types.SimpleNamespace(builder=lambda name, data_dir=None: Builder()))
+  Usage = collections.namedtuple("Usage", "total used free")
+  monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(0, 0, 10 * 2**30))
+  with pytest.raises(data_sources.DataError) as e:
+    next(data_sources.iter_tfds_pairs("wmt14_translate/fr-en", "train", "en", "fr",
+                                      str(tmp_path / "tfds")))
+  message = str(e.value)
+  assert "\n" not in message and "needs at least 21.0 GiB" in message
+  assert "10.0 GiB free" in message and "T2T_JAX_DATA_DIR" in message and not downloads
+  # The free disk is that of the nearest folder that exists (tmp_path: nothing made yet).
+  assert f"free at {tmp_path}" in capsys.readouterr().err
+  monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(0, 0, 100 * 2**30))
+  Builder.as_dataset = lambda self, split, shuffle_files: iter(())
+  monkeypatch.setitem(sys.modules["tensorflow_datasets"].__dict__, "as_numpy", lambda ds: ds)
+  assert list(data_sources.iter_tfds_pairs("wmt14_translate/fr-en", "train", "en", "fr",
+                                           str(tmp_path / "tfds"))) == []
+  err = capsys.readouterr().err
+  assert ("tfds:wmt14_translate/fr-en downloads 6.0 GiB and builds 15.0 GiB (tfds's catalog); "
+          "100.0 GiB free at") in err and downloads == [True]

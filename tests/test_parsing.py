@@ -2,6 +2,7 @@
 tree as a sequence and back, the decoder's tree constraint, and bracket scoring checked rule
 by rule against figures worked out by hand from EVALB's COLLINS.prm."""
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -491,3 +492,22 @@ def test_a_runs_own_evaluation_joins_table4_as_it_was_decoded(tmp_path):
   assert found["decoded_by"]["commit"] == "abc" and "commit" not in found
   assert "WORKDIR" in found["checkpoint"] and str(tmp_path) not in found["checkpoint"]
   assert trees == gold == [GOLD]
+
+
+def test_a_tags_target_parses_the_gold_tags_and_scores_over_the_sentences_words(tmp_path):
+  """`data.tree_target=tags`: the sentence is the gold POS tags, the target carries them in
+  the words' places (copied by the constrained search), and the scored tree has the gold
+  tree's own words and tags, so EVALB finds no word mismatch."""
+  from t2t_jax import tasks
+  text = "( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat)) (. .)) )\n"
+  (tmp_path / "wsj_0001.mrg").write_text(text)
+  [(sentence, target, gold)] = parsing.iter_examples([str(tmp_path / "wsj_0001.mrg")], "tags")
+  assert sentence == "DT NN VBD ."
+  assert target == "(S (NP DT NN )NP (VP VBD )VP . )S"
+  assert gold == "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))"
+  # The model's output over the tags, as the vocabulary decodes it (each copied tag one XX).
+  output = "(S (NP XX XX )NP (VP XX )VP XX )S"
+  task = dataclasses.replace(tasks.PARSING, words=True)
+  result = task.score([sentence], [output], [gold], "")
+  assert result["f1"] == 100.0 and result["evalb"]["errors"] == []
+  assert result["_trees"] == ["(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"]
