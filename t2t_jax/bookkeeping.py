@@ -534,6 +534,10 @@ class LoopStats:
   loop_cpu_sec: float = 0.0
   compiles_after_warmup: int = 0
   compiled_ahead: int = 0  # programs compiled before the first step (train.StepPrograms)
+  # Of a multi-process job's steps, compiled before step 1 for their memory plans alone (the
+  # loop's calls compile them again, from the persistent compilation cache).
+  planned_ahead: int = 0
+  steps_ahead: bool = False  # the loop's train and eval steps run programs compiled ahead
   # Start-up, for the record: seconds from the process's launch to the compilation before
   # step 1, that compilation's wall time, and the largest device memory plan among its
   # programs (train.check_device_memory; GPU and TPU only).
@@ -553,6 +557,7 @@ class LoopStats:
            "host_input_ms_per_step": round(1e3 * input_cpu / steps, 3),
            "input_wait_fraction": round(input_wait / max(wall_sec, 1e-9), 4),
            "compiles": compiles.count, "compiled_ahead": self.compiled_ahead,
+           **({"planned_ahead": self.planned_ahead} if self.planned_ahead else {}),
            "compile_seconds": round(compiles.seconds, 3),
            "compiles_after_warmup": self.compiles_after_warmup}
     out.update({k: v for k, v in (("launch_to_compiling_sec", self.launch_to_compiling_sec),

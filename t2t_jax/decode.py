@@ -388,14 +388,15 @@ class BeamDecoder:
     self._start = parallel.ShapeDispatch(pmap(functools.partial(
         search_start, cfg=cfgs, beam_size=decode_cfg.beam_size,
         max_extra_length=decode_cfg.max_extra_length, min_length=decode_cfg.min_length,
-        constraint=constraint)), keyed=(1,))
+        constraint=constraint)), keyed=(1,), local=True)
     sizes = [c.vocab_size for c in ([cfgs] if isinstance(cfgs, ModelConfig) else cfgs)]
     pieces = getattr(vocab, "size", None)
     self._steps = parallel.ShapeDispatch(pmap(functools.partial(
         search_steps, cfg=cfgs, alpha=decode_cfg.alpha, constraint=constraint,
-        num_pieces=pieces if pieces and pieces < min(sizes) else None)), keyed=(1, 2))
+        num_pieces=pieces if pieces and pieces < min(sizes) else None)), keyed=(1, 2),
+        local=True)
     self._grow = parallel.ShapeDispatch(pmap(grow_caches, static_broadcasted_argnums=1),
-                                        keyed=(0,), static=(1,))
+                                        keyed=(0,), static=(1,), local=True)
     self._select = pmap(select_sentences)
     self._score = pmap(functools.partial(sequence_logprobs, cfg=cfgs))
 

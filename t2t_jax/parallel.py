@@ -164,9 +164,14 @@ class ShapeDispatch:
   compiled ahead. The trainer's steps, the beam search's parts and the benchmarks' cases all
   go through one, so that a run's programs compile before its first step, side by side."""
 
-  def __init__(self, fn: Callable, keyed: tuple[int, ...], static: tuple[int, ...] = ()):
-    self.fn, self.keyed, self.static = fn, keyed, static
+  def __init__(self, fn: Callable, keyed: tuple[int, ...], static: tuple[int, ...] = (),
+               local: bool = False):
+    """`local`: `fn` is pmapped over this process's devices alone (a decoder's), not over
+    every process's (the trainer's steps)."""
+    self.fn, self.keyed, self.static, self.local = fn, keyed, static, local
     self.programs: dict[tuple, Any] = {}
+    # Plans of programs compiled for their memory alone (`compile_ahead(keep=False)`).
+    self.planned: dict[tuple, int | None] = {}
 
   def key(self, args: tuple) -> tuple:
     """Which program fits `args`: the keyed arguments' shapes and dtypes, the static values."""
@@ -182,21 +187,46 @@ class ShapeDispatch:
 
   def plans(self) -> dict[tuple, int | None]:
     """`planned_bytes` of each program compiled ahead, by its key."""
-    return {key: planned_bytes(program) for key, program in self.programs.items()}
+    return {**self.planned,
+            **{key: planned_bytes(program) for key, program in self.programs.items()}}
 
 
-def compile_ahead(calls: list[tuple[ShapeDispatch, tuple]], workers: int) -> int:
+def compile_ahead(calls: list[tuple[ShapeDispatch, tuple]], workers: int,
+                  keep: bool = True) -> int:
   """Compiles each call's program (arguments may be shapes, `jax.ShapeDtypeStruct`s) that its
-  ShapeDispatch does not have yet, `workers` at a time; returns how many it compiled."""
+  ShapeDispatch does not have yet, `workers` at a time; returns how many it compiled.
+  `keep=False`: only their memory plans are kept (`ShapeDispatch.planned`), and calls
+  compile as jit does: a multi-process job's steps take host-local batches, which a program
+  compiled ahead for every process's devices does not (its first call on process 0 then
+  finds the program in the persistent compilation cache this compilation filled)."""
   jobs, owners = {}, {}
   for dispatch, args in calls:
     key = (id(dispatch), dispatch.key(args))
-    if key[1] not in dispatch.programs and key not in jobs:
-      jobs[key] = lambda d=dispatch, a=args: d.fn.lower(*a).compile()
+    if (key[1] not in dispatch.programs and key[1] not in dispatch.planned
+        and key not in jobs):
+      jobs[key] = lambda d=dispatch, a=args: d.fn.lower(*_lowering_args(d, a)).compile()
       owners[key] = dispatch
   for job, program in compile_all(jobs, workers).items():
-    owners[job].programs[job[1]] = program
+    if keep:
+      owners[job].programs[job[1]] = program
+    else:
+      owners[job].planned[job[1]] = planned_bytes(program)
   return len(jobs)
+
+
+def _lowering_args(dispatch: ShapeDispatch, args: tuple) -> tuple:
+  """What `lower` takes for a call's `args` (this process's shapes or arrays). In a
+  multi-process job pmap takes host-local arrays and makes them global itself, which it
+  cannot do for shapes: the arguments become the global program's abstract values (the
+  device axis of every process for the trainer's steps, of this process's for a local
+  pmap), which pmap lowers as they are."""
+  if jax.process_count() == 1:
+    return args
+  scale = 1 if dispatch.local else jax.process_count()
+  aval = lambda x: (jax.core.ShapedArray((x.shape[0] * scale,) + tuple(x.shape[1:]), x.dtype)
+                    if hasattr(x, "shape") and hasattr(x, "dtype") else x)
+  return tuple(a if i in dispatch.static else jax.tree_util.tree_map(aval, a)
+               for i, a in enumerate(args))
 
 
 def planned_bytes(compiled: Any) -> int | None:

@@ -326,7 +326,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
       try:
         with bookkeeping.CompileCounter() as compiles:
           state = compile_ahead(run, train_shapes, eval_shapes, startup)
-          check_memory(run, state)
+          if train_shapes:
+            check_memory(run, state)
           state = train_loop(run, state, batches, compiles)
           finish(run, state, compiles)
       finally:
@@ -617,12 +618,10 @@ class Run:
     if clock.budget_spent:
       print(f"the time budget of {t.max_train_minutes:g} min was spent by earlier runs",
             flush=True)
-    # The dev BLEU's decoder, when a BLEU step remains. In one process its programs are
-    # compiled before step 1, so its batches keep their rows (`shrink=False`); the processes
-    # of a job compile as they go, and shrinking batches are faster.
+    # The dev BLEU's decoder, when a BLEU step remains, on process 0's own devices. Its
+    # programs are compiled before step 1, so its batches keep their rows (`shrink=False`).
     bleu_steps = t.bleu_every_steps and t.steps // t.bleu_every_steps * t.bleu_every_steps
-    dev_bleu = (bookkeeping.DevBleu(cfg, ds, start.state.params,  # the host's (or shapes)
-                                    shrink=jax.process_count() > 1)
+    dev_bleu = (bookkeeping.DevBleu(cfg, ds, start.state.params)  # the host's (or shapes)
                 if bleu_steps and bleu_steps > start.step and jax.process_index() == 0
                 else None)
     return cls(cfg, ds, TrainPrograms(cfg, optimizer),
@@ -633,11 +632,9 @@ class Run:
   def shapes_to_compile(self) -> tuple[list, list]:
     """The batch shapes of the steps this run will take (every shape of the epoch, or of a
     shorter run's steps alone), and of the dev loss, which runs at least at the last step;
-    none where no step remains or a multi-process job compiles as it goes (its programs
-    take host-local batches, which ahead-of-time pmap programs do not)."""
+    none where no step remains."""
     t = self.cfg.train
-    if (self.start.step >= t.steps or self.clock.budget_spent
-        or jax.process_count() > 1):
+    if self.start.step >= t.steps or self.clock.budget_spent:
       return [], []
     train_shapes = self.ds.train_shapes(range(self.start.step, t.steps))
     try:
@@ -682,8 +679,14 @@ def compile_ahead(run: Run, train_shapes: list, eval_shapes: list,
         run.dev_bleu.place(state.params)
       run.stats.compiled_ahead = _compile(run, state, train_shapes, eval_shapes, startup)
     run.stats.compile_ahead_sec = round(time.time() - began, 3)
-    print(f"compiled {run.stats.compiled_ahead} program(s) before the first step in "
-          f"{run.stats.compile_ahead_sec:.1f}s", flush=True)
+    planned = run.stats.planned_ahead
+    if run.stats.compiled_ahead + planned:
+      print(f"compiled {run.stats.compiled_ahead + planned} program(s) before the first step "
+            f"in {run.stats.compile_ahead_sec:.1f}s"
+            + (f" ({planned} of them the steps', for their memory plans: a multi-process "
+               f"job's steps take host-local batches, so their first calls compile them "
+               f"again, from the persistent compilation cache on this process)"
+               if planned else ""), flush=True)
   return state if initialising is None else initialising.result()
 
 
@@ -695,10 +698,11 @@ def _compile(run: Run, state: TrainState, train_shapes: list, eval_shapes: list,
   age = bookkeeping.seconds_since_launch()
   run.stats.launch_to_compiling_sec = None if age is None else round(age, 1)
   run.stats.startup_sec = startup.seconds() or None
-  print((f"{age:.1f}s after launch ({startup.text()}): " if age is not None else "") +
-        f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
-        f"step for {len(eval_shapes)}, {workers} at a time"
-        + (", and beside them the dev BLEU search" if run.dev_bleu else ""), flush=True)
+  if jax.process_index() == 0:  # in a multi-process job the others compile at step 1
+    print((f"{age:.1f}s after launch ({startup.text()}): " if age is not None else "") +
+          f"compiling the train step for {len(train_shapes)} batch shape(s) and the eval "
+          f"step for {len(eval_shapes)}, {workers} at a time"
+          + (", and beside them the dev BLEU search" if run.dev_bleu else ""), flush=True)
   import concurrent.futures
   # The search compiles beside the steps, not after them: on a GPU the train step's
   # compilation (35-41 s for base on an H200) is the long pole.
@@ -707,8 +711,15 @@ def _compile(run: Run, state: TrainState, train_shapes: list, eval_shapes: list,
                               os.cpu_count() or 1) if run.dev_bleu else None)
     calls = run.programs.calls(state, run.run_key, run.clock.factor_on_devices(),
                                train_shapes, eval_shapes)
-    compiled = parallel.compile_ahead(calls, workers)
-    return compiled + (searches.result() if searches else 0)
+    # A multi-process job's steps are compiled on process 0 for their memory plans alone
+    # (`check_memory`, which process 0 makes for every process; the others compile at their
+    # first calls as before); the dev BLEU's search runs on process 0's devices alone, so
+    # its programs compiled ahead serve it.
+    keep = jax.process_count() == 1
+    compiled = parallel.compile_ahead(calls if keep or jax.process_index() == 0 else [],
+                                      workers, keep=keep)
+    run.stats.steps_ahead, run.stats.planned_ahead = keep, 0 if keep else compiled
+    return (compiled if keep else 0) + (searches.result() if searches else 0)
 
 
 def check_memory(run: Run, state: TrainState) -> None:
@@ -717,7 +728,7 @@ def check_memory(run: Run, state: TrainState) -> None:
   parameters on the devices throughout, and decodes beside the trainer's state in batches of
   `decode.batch_tokens`. XLA:CPU reports no device memory: nothing to check."""
   limit = backend.device_memory_bytes()
-  if limit is None or not run.stats.compiled_ahead:
+  if limit is None:
     return
   t, dev_bleu = run.cfg.train, run.dev_bleu
   copy = replica_bytes(dev_bleu.decoder.params) if dev_bleu else 0
@@ -728,7 +739,10 @@ def check_memory(run: Run, state: TrainState) -> None:
     plans.append(MemoryPlan("the dev BLEU's search", planned + state_bytes,
                             state_bytes + copy, tokens, "decode.batch_tokens",
                             run.cfg.decode.batch_tokens))
-  line = check_device_memory(plans, limit)
+  # In a multi-process job process 0 checks (it alone has the search's plan; the steps'
+  # are every process's), and a plan too large ends every process with its line.
+  line = parallel.process_zero_only(lambda: check_device_memory(plans, limit),
+                                    "fit its programs in device memory")
   if line:
     run.stats.largest_plan_bytes = max(p.bytes for p in plans)
     print(line, flush=True)
@@ -765,7 +779,7 @@ def train_loop(run: Run, state: TrainState, batches: parallel.Prefetcher,
       run.progress.started()
     due = due_actions(run, step)
     shape = batch_shapes(batch)  # without compiling ahead, each shape's first step compiles
-    if run.stats.compiled_ahead or shape in shapes_seen:
+    if run.stats.steps_ahead or shape in shapes_seen:
       run.stats.compiles_after_warmup += compiles.count - compiled
     shapes_seen.add(shape)
     fetched = run.progress.collect(state, run.saver.ckpt) if due.any else None  # loop work
@@ -873,7 +887,7 @@ def dev_loss(run: Run, state: TrainState, step: int, compiles: bookkeeping.Compi
   compiles each dev batch shape once; anything else compiled here is counted."""
   compiled = compiles.count
   dev = evaluate_loss(run.programs.eval_step, state.params, run.ds, run.cfg.data.dev_split)
-  if run.stats.compiled_ahead or run.evaluations:
+  if run.stats.steps_ahead or run.evaluations:
     run.stats.compiles_after_warmup += compiles.count - compiled
   run.evaluations += 1
   print(f"step {step:>7d} | dev loss {dev['dev_loss']:.4f} | dev ppl {dev['dev_ppl']:.3f}",
@@ -906,7 +920,8 @@ def finish(run: Run, state: TrainState, compiles: bookkeeping.CompileCounter) ->
       saver.save(state, done, on_signal=True)
     print(f"stopped at step {done} on {stop.signal_name}; the newest checkpoint is "
           f"{os.path.join(saver.ckpt.directory, str(saver.step))}", flush=True)
-  print(f"compilations: {compiles.count} ({run.stats.compiled_ahead} before the first step), "
+  print(f"compilations: {compiles.count} "
+        f"({run.stats.compiled_ahead + run.stats.planned_ahead} before the first step), "
         f"{compiles.seconds:.1f}s in all; {run.stats.compiles_after_warmup} in the loop "
         f"beyond what compiling ahead covered", flush=True)
   record_cost(run, int(parallel.first(state.step)))

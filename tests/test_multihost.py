@@ -23,17 +23,21 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _run_two_processes(workdir, steps, extra, devices=4):
+def _run_two_processes(workdir, steps, extra, devices=4, launcher=None, returncode=0):
+  """`launcher`: a script run in place of `-m t2t_jax.main` (with main's flags)."""
   port = _free_port()
   env = {**os.environ, "XLA_FLAGS": DEVICES.format(devices)}
+  cmd = _train_cmd(workdir, steps, extra)
+  if launcher:
+    cmd = [cmd[0], str(launcher)] + cmd[3:]
   procs = [subprocess.Popen(
-      _train_cmd(workdir, steps, extra) + [f"--coordinator_address=localhost:{port}",
-                                           "--num_processes=2", f"--process_id={i}"],
+      cmd + [f"--coordinator_address=localhost:{port}", "--num_processes=2",
+             f"--process_id={i}"],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
       for i in range(2)]
   outs = [p.communicate(timeout=600)[0] for p in procs]
   for p, out in zip(procs, outs):
-    assert p.returncode == 0, out[-3000:]
+    assert p.returncode == returncode, out[-3000:]
   return outs
 
 
@@ -192,7 +196,7 @@ def test_process_zero_prepares_the_data_while_the_others_wait(tmp_path):
 
 def test_a_two_process_job_logs_dev_bleu_from_process_zero(tmp_path):
   """The dev BLEU in a multi-process job: process 0 decodes alone, on its own devices, with
-  shrinking batches (nothing is compiled ahead there), and the job goes on together."""
+  its search compiled before step 1, and the job goes on together."""
   outs = _run_two_processes(tmp_path, 2, {"train.final_eval": False,
                                           "train.bleu_every_steps": 2,
                                           "train.bleu_sentences": 4})
@@ -220,3 +224,35 @@ def test_a_finished_two_process_job_averages_and_evaluates_on_process_zero(tmp_p
   outs = [p.communicate(timeout=600)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
   assert "valid: sacreBLEU" in outs[0] and "sacreBLEU" not in outs[1]
+
+
+def _with_device_memory(tmp_path, limit):
+  """A launcher of main whose devices report `limit` bytes XLA may allocate (XLA:CPU
+  reports none, so the memory check is otherwise a GPU's and TPU's)."""
+  script = tmp_path / f"main_with_{limit}_bytes.py"
+  script.write_text(f"from t2t_jax import backend, main\n"
+                    f"backend.device_memory_bytes = lambda: {limit}\n"
+                    f"main.run()\n")
+  return script
+
+
+def test_a_two_process_job_checks_device_memory_before_its_first_step(tmp_path):
+  """Multi-process jobs (two SLURM nodes, every TPU slice) compiled nothing ahead, so a
+  model too large for the devices was a raw RESOURCE_EXHAUSTED at step 1 or at the first
+  dev BLEU. Now every process stops before step 1 with the one line naming the setting,
+  and a job with room trains, its steps compiled for their plans and then run."""
+  from t2t_jax import model
+  cfg = tiny_cfg()
+  state_bytes = 3 * 4 * model.count_params(model.abstract_params(cfg.model))
+  extra = {"train.final_eval": False, "train.bleu_every_steps": 2, "train.bleu_sentences": 4}
+  outs = _run_two_processes(tmp_path / "small", 2, extra,
+                            launcher=_with_device_memory(tmp_path, state_bytes), returncode=2)
+  assert "so smaller batches would not fit either" in outs[0], outs[0][-3000:]
+  assert "error: process 0 could not fit its programs in device memory: " in outs[1]
+  assert all("| loss" not in out for out in outs)
+  outs = _run_two_processes(tmp_path / "roomy", 2, extra,
+                            launcher=_with_device_memory(tmp_path, 100 * state_bytes))
+  assert "plans the most" in outs[0] and "for their memory plans" in outs[0], outs[0][-3000:]
+  assert "waiting for process 0 to fit its programs in device memory" in outs[1]
+  assert "dev sacreBLEU" in outs[0]
+  assert (tmp_path / "roomy" / "checkpoints" / "2").exists()

@@ -1373,11 +1373,11 @@ def test_a_run_whose_steps_cannot_compile_from_shapes_compiles_them_from_values(
   dev BLEU's search included, and compiles nothing in the loop."""
   real_compile = parallel.compile_ahead
 
-  def compile_ahead(calls, workers):
+  def compile_ahead(calls, workers, keep=True):
     if any(isinstance(args[0], train.TrainState) and parallel.is_abstract(args[0])
            for _, args in calls):  # the train step's, from the state's shapes
       raise TypeError("shapes refused\nsecond line")
-    return real_compile(calls, workers)
+    return real_compile(calls, workers, keep)
   monkeypatch.setattr(parallel, "compile_ahead", compile_ahead)
   cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 2, "train.final_eval": False,
                                          "train.bleu_every_steps": 2,
@@ -1419,7 +1419,7 @@ def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(
   from t2t_jax.errors import UserError
   calls = []
 
-  def compile_ahead(calls_, workers):
+  def compile_ahead(calls_, workers, keep=True):
     calls.append(len(calls_))
     raise UserError("model.segment_attention=offsets runs cuDNN's packed layout")
   monkeypatch.setattr(parallel, "compile_ahead", compile_ahead)
