@@ -14,7 +14,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from t2t_jax.errors import UserError
 
@@ -240,6 +240,21 @@ def segment_attention(setting: str, dtype: str) -> str:
                       "point); use bias or auto")
     return "offsets"
   return "bias"
+
+
+def resolved_levers(cfg: Any) -> dict[str, Any]:
+  """Each setting this module decides, as this backend resolves the config's value ("auto"
+  or the user's): what the start-up line and `--mode=config` print."""
+  m, t = cfg.model, cfg.train
+  out = {"model.dtype": compute_dtype(m.dtype),
+         "model.implementation": model_path(m.implementation),
+         "model.fused_projections": fused_projections(m.fused_projections),
+         "data.packing": packing(cfg.data.packing),
+         "train.loss_chunk_tokens": loss_chunk_tokens(t.loss_chunk_tokens),
+         "decode.batch_tokens": decode_batch_tokens(cfg.decode.batch_tokens)}
+  if m.fused_attention:
+    out["model.segment_attention"] = segment_attention(m.segment_attention, m.dtype)
+  return out
 
 
 # XLA options set on GPU hosts before JAX starts (`apply_xla_flags`), appended to the user's

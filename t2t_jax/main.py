@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shlex
 import signal
@@ -25,8 +26,8 @@ from t2t_jax.config import (COMPUTE_FIELDS, ExperimentConfig, evaluation_splits,
                             final_eval_splits, is_split_name, override, parse_set_flags,
                             validate)
 
-MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "export",
-         "prepare")
+MODES = ("train", "eval", "translate", "score", "average", "attention", "params", "config",
+         "export", "prepare")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("experiment", None, "A named experiment (listed above), e.g. base_ende, or "
@@ -185,6 +186,18 @@ def run_params(cfg: ExperimentConfig) -> None:
     print(f"  {name:<20s} {count:>12,d}  ({100.0 * count / total:5.1f}%)")
 
 
+def run_config(cfg: ExperimentConfig) -> None:
+  """Prints the whole config as JSON, each setting the backend decides as this machine
+  resolves it (`backend.resolved_levers`): what a run started here would train with."""
+  from t2t_jax import backend
+  out = dataclasses.asdict(cfg)
+  for key, value in backend.resolved_levers(cfg).items():
+    section, field = key.split(".")
+    out[section][field] = value
+  print(json.dumps({"experiment": cfg.name, "backend": backend.platform(), "config": out},
+                   indent=2))
+
+
 def run_prepare(cfg: ExperimentConfig) -> None:
   """Downloads (tfds, hf) and prepares the experiment's data into the data folder, as
   training's first stage would, and says where, how big and how long: a long preparation
@@ -250,6 +263,9 @@ def main(argv: list[str]) -> None:
   cfg = load_config(FLAGS.experiment, FLAGS.set, FLAGS.dataset)
   if FLAGS.mode == "params":
     run_params(cfg)
+    return
+  if FLAGS.mode == "config":
+    run_config(cfg)
     return
   if FLAGS.mode == "prepare":
     run_prepare(cfg)
@@ -489,7 +505,6 @@ def run_train_ensemble(cfg: ExperimentConfig, workdir: str) -> None:
 def print_stored_eval(cfg: ExperimentConfig, workdir: str, models: list[str]) -> bool:
   """Prints the final evaluation stored in WORKDIR/eval if it is newer than every model's
   averaged checkpoint (a finished run started again); False when it must be (re)computed."""
-  import json
   stored = [os.path.join(workdir, "eval", f"{s}.json") for s in final_eval_splits(cfg)]
   averaged = [os.path.join(m, "averaged", "averaged.json") for m in models]
   from t2t_jax import storage

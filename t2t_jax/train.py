@@ -314,6 +314,8 @@ def train_and_evaluate(cfg: ExperimentConfig, workdir: str
           f"{ds.accum_steps} accumulation step(s) of up to {ds.micro_batch_tokens:,d} tokens "
           f"per device{' (auto)' if t.max_tokens_per_batch == 'auto' else ''}, {t.steps:,d} "
           f"steps, workdir {workdir}", flush=True)
+    print(f"resolved on {jax.default_backend()}: " + ", ".join(
+        f"{k}={v}" for k, v in backend.resolved_levers(cfg).items()), flush=True)
     run = Run.make(cfg, ds, ckpt, optimizer, workdir, start)
     run.stop = stop
     try:

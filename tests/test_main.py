@@ -41,6 +41,24 @@ def test_set_overrides_reach_the_model():
   assert "params: 15212544" in r.stdout.splitlines()
 
 
+def test_config_mode_prints_the_whole_config_as_this_machine_resolves_it():
+  """Every field, without training or a workdir; the settings the backend decides come
+  resolved (on a CPU: float32, the cpu_tuned path, no fused projections, no loss chunks,
+  2,048 decode tokens), the user's own values kept."""
+  import json
+  r = run("--mode=config", "--experiment=big_enfr", "--set", "decode.batch_tokens=999")
+  assert r.returncode == 0, r.stderr
+  out = json.loads(r.stdout)
+  assert out["experiment"] == "big_enfr" and out["backend"] == "cpu"
+  cfg = out["config"]
+  assert cfg["model"]["d_model"] == 1024 and cfg["train"]["tokens_per_step"] == 25000
+  assert (cfg["model"]["dtype"], cfg["model"]["implementation"],
+          cfg["model"]["fused_projections"], cfg["data"]["packing"],
+          cfg["train"]["loss_chunk_tokens"], cfg["decode"]["batch_tokens"]) == (
+              "float32", "cpu_tuned", False, True, 0, 999)
+  assert "auto" not in json.dumps({k: cfg["model"][k] for k in ("dtype", "implementation")})
+
+
 BAD_INPUT = [
     (["--experiment=nope"], "unknown experiment 'nope'; valid names: base_ende"),
     (["--experiment=demo", "--mode=train", "--workdir=/tmp/t2t_jax_no_cluster", "--distributed"],

@@ -1818,3 +1818,16 @@ def test_the_first_progress_line_times_steps_not_compiling(tmp_path, monkeypatch
   steady = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[1])
   assert first["tokens_per_sec"] == pytest.approx(steady["tokens_per_sec"], rel=0.2)
   assert "step 1 ran in" in capsys.readouterr().out
+
+
+def test_the_start_up_names_the_platform_the_device_kind_and_every_resolved_lever(
+    tmp_path, capsys):
+  """A GPU host with a CPU-only jaxlib trains on the CPU quietly unless the start-up says
+  where it runs and how each setting the backend decides came out (here XLA:CPU's)."""
+  cfg = override(tiny_cfg(**FAST_DATA), {"train.steps": 1, "train.final_eval": False})
+  train.train_and_evaluate(cfg, str(tmp_path))
+  out = capsys.readouterr().out
+  assert f"{jax.local_device_count()} device(s) (cpu, cpu), float32 compute" in out
+  assert ("resolved on cpu: model.dtype=float32, model.implementation=cpu_tuned, "
+          "model.fused_projections=False, data.packing=True, train.loss_chunk_tokens=0, "
+          "decode.batch_tokens=2048") in out
