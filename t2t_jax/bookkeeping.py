@@ -416,15 +416,14 @@ class DevBleu:
 
   One decoder is built once; each call hands it a host copy of the parameters placed on this
   process's devices, so a multi-process job decodes on process 0 alone, with no collective.
-  Its batches keep their rows until their slowest sentence ends (unless `shrink`), so that the
+  Its batches keep their rows until their slowest sentence ends, so that the
   trainer can compile all of its search before step 1 (`BeamDecoder.compile_ahead`):
   shrinking batches would meet shapes that depend on the parameters of the moment.
   """
 
   SAMPLES = 3
 
-  def __init__(self, cfg: ExperimentConfig, ds: input_pipeline.Dataset, params: Any,
-               shrink: bool = False):
+  def __init__(self, cfg: ExperimentConfig, ds: input_pipeline.Dataset, params: Any):
     from t2t_jax import decode, tasks
     t = cfg.train
     self.task = tasks.for_config(cfg)
@@ -433,7 +432,7 @@ class DevBleu:
     decode_cfg = dataclasses.replace(cfg.decode, beam_size=t.bleu_beam_size, mbr=False)
     self.decoder = decode.BeamDecoder(params, cfg.model, decode_cfg, ds.vocab,
                                       max_input_length=min(cfg.data.max_length,
-                                                           cfg.model.max_len), shrink=shrink,
+                                                           cfg.model.max_len), shrink=False,
                                       constraint=self.task.search_constraint(cfg, ds.vocab))
     self.search = "greedy" if t.bleu_beam_size == 1 else f"beam {t.bleu_beam_size}"
 
