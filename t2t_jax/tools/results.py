@@ -399,6 +399,16 @@ def table_trainer_overhead() -> str:
                 rows) + _caption(host) + _caption(*runs)
 
 
+def table_progress_first_line() -> str:
+  runs = [one(f"trainer_overhead/progress_demo_{i}.json") for i in (1, 2, 3)]
+  rows = [[f"demo {i}", f"{r['first_tokens_per_sec']:,.0f}",
+           f"{r['steady_tokens_per_sec']:,.0f}", f"{r['first_over_steady']:.2f}",
+           f"{r['first_eta_sec']:.0f} s / {r['seconds_actually_left']:.0f} s",
+           f"{r['eta_over_actual']:.2f}"] for i, r in enumerate(runs, 1)]
+  return _table(["run", "first tok/s ", "steady ", "ratio ", "ETA / time left ", "ratio "],
+                rows) + _caption(*runs)
+
+
 def _table3(folder: str) -> str:
   with open(RESULTS / folder / "table3.csv") as f:
     rows = list(csv.DictReader(f))
@@ -480,6 +490,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "packing": table_packing,
     "prepare_36m": table_prepare_36m,
     "trainer_overhead": table_trainer_overhead,
+    "progress_first_line": table_progress_first_line,
     "table3_converged": lambda: _table3("table3_converged"),
     "table3_mini": lambda: _table3("table3_mini"),
     "table4": table_table4,
