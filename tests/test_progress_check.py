@@ -27,3 +27,13 @@ def test_the_first_line_is_read_against_the_median_of_the_later_lines_and_the_ti
 def test_a_run_with_too_few_lines_for_a_steady_rate_is_refused():
   with pytest.raises(ValueError, match="at least 3"):
     first_line_against_the_run([_line(50, 800.0, 10.0, 0.0), _line(100, 900.0, 0.0, 10.0)])
+
+
+def test_the_tool_imports_beside_main_whose_flag_names_it_shares():
+  """Its flags (--experiment, --workdir, --set, --out) are main's names too: defined on import,
+  they failed every test module collected after main's in the same process."""
+  import subprocess
+  import sys
+  r = subprocess.run([sys.executable, "-c", "import t2t_jax.main, t2t_jax.tools.progress_check"],
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]

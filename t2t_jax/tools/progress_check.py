@@ -21,12 +21,16 @@ from typing import Any, Sequence
 
 from absl import app, flags
 
-flags.DEFINE_string("experiment", "demo", "The experiment to train from an empty workdir.")
-flags.DEFINE_string("workdir", None, "Its workdir (default: a new temporary folder; it must "
-                    "hold no run).")
-flags.DEFINE_multi_string("set", [], "KEY=VALUE settings passed to the run.")
-flags.DEFINE_string("out", None, "The JSON record to write (default: print it).")
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run, not on import: the names are main's too, and the tests import both."""
+  flags.DEFINE_string("experiment", "demo", "The experiment to train from an empty workdir.")
+  flags.DEFINE_string("workdir", None, "Its workdir (default: a new temporary folder; it "
+                      "must hold no run).")
+  flags.DEFINE_multi_string("set", [], "KEY=VALUE settings passed to the run.")
+  flags.DEFINE_string("out", None, "The JSON record to write (default: print it).")
 
 
 def first_line_against_the_run(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -74,4 +78,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
