@@ -10,7 +10,6 @@ gives the pace that follows (the compilation before step 1 is not training time)
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -55,7 +54,7 @@ def first_line_against_the_run(rows: Sequence[dict[str, Any]]) -> dict[str, Any]
 
 def main(argv):
   del argv
-  from t2t_jax.tools import write_record
+  from t2t_jax.tools import plot, write_record
   workdir = FLAGS.workdir or tempfile.mkdtemp(prefix="t2t_jax_progress_")
   if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
     sys.exit(f"error: {workdir} already holds a run; give an empty --workdir")
@@ -66,8 +65,7 @@ def main(argv):
   r = subprocess.run(command)
   if r.returncode != 0:
     sys.exit(f"error: the run exited with {r.returncode}")
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(l) for l in f if l.strip()]
+  rows = plot.read_metrics(workdir)
   shown = " ".join(["python -m t2t_jax.main", f"--experiment={FLAGS.experiment}",
                     "--workdir=DIR"] + [f"--set {s}" for s in FLAGS.set])
   write_record({"what": "progress_check", "experiment": FLAGS.experiment,
