@@ -115,7 +115,12 @@ class DataConfig:
   # sees where in the sentence it is instead of counting its XXs). "tags": the sentence given
   # as its gold POS tags, copied into the target in the words' places (parsing from gold
   # tags, as parsers before predicted tagging were scored; not the paper's setting).
-  tree_target: Literal["xx", "words", "tags"] = "xx"
+  # "labels": not brackets but one label per word (Gomez-Rodriguez & Vilares 2018: the lowest
+  # constituent the word shares with the next and how much deeper it is than the last one):
+  # a target as long as the sentence, its i-th symbol about its i-th word. "word_labels": the
+  # words with each pair's label after its second word (`The cat @+2:NP sat @-1:S @end/VP`),
+  # the words copied from the input by the constrained decoder.
+  tree_target: Literal["xx", "words", "tags", "labels", "word_labels"] = "xx"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,9 +3,10 @@
 Everything parsing needs, in the order a tree travels: treebank files in (LDC's
 Treebank-3 layout or a flat folder such as NLTK's 10% sample), the preprocessing of
 the parsing literature, a tree as a sequence of labelled brackets (Vinyals & Kaiser et
-al. 2014, "Grammar as a Foreign Language": POS tags as one symbol `XX`), a decoder
-constraint that only extends prefixes of well-formed trees over the input's words, the
-sequence back to a tree, and bracket scoring as EVALB computes it with COLLINS.prm.
+al. 2014, "Grammar as a Foreign Language": POS tags as one symbol `XX`) or as one label
+per word (Gómez-Rodríguez & Vilares 2018), decoder constraints that only extend prefixes
+of well-formed trees over the input's words, the sequence back to a tree, and bracket
+scoring as EVALB computes it with COLLINS.prm.
 
 The rest of the code knows parsing only as a `tasks.Task`; this module imports nothing
 from t2t_jax but `errors`.
@@ -286,6 +287,171 @@ def with_top(tree: Tree) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# A tree as one label per word, and back (Gómez-Rodríguez & Vilares 2018, "Constituent
+# Parsing as Sequence Labeling", relative scale)
+#
+# Word i < n gets `@{r}:{C}`: C is the label of the lowest constituent holding both word i
+# and word i+1, and r how many constituents above the words that pair shares beyond the
+# pair before it (its depth minus the previous pair's; the first pair's counts from 0).
+# A chain of single-child constituents is one node (`S+VP`); the chain above a word's POS
+# tag rides on its own label (`/NP`). The last word gets `@end`. A sequence as long as the
+# sentence, each symbol about one word: the i-th output lines up with the i-th input. With
+# the words (`words=True`), each pair's label comes right after the pair's second word,
+# `The cat @+2:NP sat @-1:S @end/VP`: the decoder has read both words it labels, and the
+# constrained search copies the words from the input.
+
+LABEL_PREFIX = "@"
+LAST_LABEL = "@end"
+_PAIR_LABEL = re.compile(r"^@([+-]\d+):([^/\s]+)(?:/(\S+))?$")
+_LAST = re.compile(r"^@end(?:/(\S+))?$")
+
+
+def _collapsed(tree: Tree) -> tuple:
+  """("leaf", word, tag, unary chain) or ("node", chain label, children), unary chains
+  joined with '+'."""
+  if tree.is_preterminal:
+    return ("leaf", tree.children[0], tree.label, "")
+  labels = [tree.label]
+  while len(tree.children) == 1 and not tree.children[0].is_preterminal:
+    tree = tree.children[0]
+    labels.append(tree.label)
+  if len(tree.children) == 1:  # a chain that ends above one word
+    word = tree.children[0]
+    return ("leaf", word.children[0], word.label, "+".join(labels))
+  return ("node", "+".join(labels), [_collapsed(c) for c in tree.children])
+
+
+def to_labels(tree: Tree, words: bool = False) -> list[str]:
+  """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `@+2:NP @-1:S @end/VP`, or with
+  `words`, `The cat @+2:NP sat @-1:S @end/VP`."""
+  leaves: list[tuple[str, list]] = []  # (unary chain, path of (node, label) from the root)
+
+  def walk(node: tuple, path: list) -> None:
+    if node[0] == "leaf":
+      leaves.append((node[3], path))
+      return
+    for child in node[2]:
+      walk(child, path + [(id(node), node[1])])
+
+  walk(_collapsed(tree), [])
+  out, previous = [], 0
+  for (unary, a), (_, b) in zip(leaves, leaves[1:]):
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared][0] == b[shared][0]:
+      shared += 1
+    out.append(f"@{shared - previous:+d}:{a[shared - 1][1]}" + (f"/{unary}" if unary else ""))
+    previous = shared
+  out.append(LAST_LABEL + (f"/{leaves[-1][0]}" if leaves[-1][0] else ""))
+  if not words:
+    return out
+  sentence = tree.words()
+  return sentence[:1] + [s for pair in zip(sentence[1:], out) for s in pair] + out[-1:]
+
+
+def label_kind(symbol: str) -> tuple[str, int, str, str]:
+  """('pair'|'last'|'other', depth change, constituent label, unary chain)."""
+  m = _PAIR_LABEL.match(symbol)
+  if m:
+    return "pair", int(m.group(1)), m.group(2), m.group(3) or ""
+  m = _LAST.match(symbol)
+  if m:
+    return "last", 0, "", m.group(1) or ""
+  return "other", 0, "", ""
+
+
+def labels_well_formed(symbols: Sequence[str], num_words: int, words: bool = False) -> bool:
+  """A label per word: `num_words - 1` pair labels whose depth never falls below the root,
+  then one last-word label, nothing else; with `words`, each pair's label right after its
+  second word (any other symbol is a word: `XX` in a decoded sequence)."""
+  want = ["pair"] * (num_words - 1) + ["last"]
+  if words:
+    want = ["other"] + [k for pair in zip(["other"] * (num_words - 1), want) for k in pair] + \
+        ["last"]
+  if len(symbols) != len(want) or num_words < 1:
+    return False
+  depth = 0
+  for s, expected in zip(symbols, want):
+    kind, change, _, _ = label_kind(s)
+    if kind != expected:
+      return False
+    depth += change
+    if depth < 1 and kind == "pair":
+      return False
+  return True
+
+
+def repair_labels(symbols: Sequence[str], num_words: int, root: str = "S") -> list[str]:
+  """A fixed rule that makes any symbol sequence a label per word: other symbols (words)
+  dropped;
+  the first `num_words - 1` pair labels kept, missing ones `@+0:root` (the word joins the
+  current constituent); the first last-word label after them kept, else `@end`. (Depths
+  below the root are read as the root by `from_labels`.)"""
+  pairs = [s for s in symbols if label_kind(s)[0] == "pair"][:max(num_words - 1, 0)]
+  pairs += [f"@+0:{root}"] * (num_words - 1 - len(pairs))
+  lasts = [s for s in symbols if label_kind(s)[0] == "last"]
+  return pairs + [lasts[0] if lasts else LAST_LABEL]
+
+
+def from_labels(symbols: Sequence[str], words: Sequence[str],
+                tags: Sequence[str] | None = None) -> Tree:
+  """The tree of a label per word over `words` (tags: e.g. the gold POS tags; else XX);
+  any depth below the root is read as the root."""
+  tags = tags or [WORD] * len(words)
+
+  def leaf(i: int, unary: str) -> Tree:
+    node = Tree(tags[i], [words[i]])
+    for label in reversed(unary.split("+") if unary else []):
+      node = Tree(label, [node])
+    return node
+
+  path: list[Tree] = []  # open constituents, root first; a None label is not known yet
+  depth = 0
+  for i, symbol in enumerate(symbols):
+    kind, change, label, unary = label_kind(symbol)
+    if kind != "pair":
+      if not path:  # a one-word sentence
+        return leaf(i, unary)
+      path[-1].children.append(leaf(i, unary))
+      break
+    depth = max(1, depth + change)
+    while len(path) < depth:
+      node = Tree(None, [])
+      if path:
+        path[-1].children.append(node)
+      path.append(node)
+    path[-1].children.append(leaf(i, unary))
+    del path[depth:]
+    path[-1].label = label
+  return _expanded(path[0])
+
+
+def _expanded(node: Tree) -> Tree:
+  """Joined chains (`S+VP`) as constituents again; a constituent whose label no pair gave
+  (it has one child then) gives way to its child."""
+  if node.is_preterminal:
+    return node
+  children = [_expanded(c) for c in node.children]
+  if node.label is None:
+    return children[0]
+  labels = node.label.split("+")
+  out = Tree(labels[-1], children)
+  for label in reversed(labels[:-1]):
+    out = Tree(label, [out])
+  return out
+
+
+def is_label(symbol: str) -> bool:
+  return label_kind(symbol)[0] != "other"
+
+
+def label_symbols(targets: Iterable[str]) -> list[str]:
+  """Every label of the `targets` (a label per word), sorted: the pieces a vocabulary holds
+  whole."""
+  return sorted({s for line in targets for s in line.split() if label_kind(s)[0] != "other"}
+                | {LAST_LABEL})
+
+
+# ---------------------------------------------------------------------------------------
 # Treebank folders and their splits
 
 # LDC's WSJ split (sections), as the paper and the parsing literature use it.
@@ -359,11 +525,15 @@ def iter_examples(paths: Sequence[str], words: bool | str = False
   """(sentence, target symbols, gold tree) for every tree of `paths`: the sentence is the
   tree's words, the target its linearization (`words`: with the words, not XX), the gold
   tree its one-line bracketing. `words="tags"`: the sentence is the tree's gold POS tags
-  and the target carries them in the words' places (the gold tree keeps its words)."""
+  and the target carries them in the words' places (the gold tree keeps its words).
+  `words="labels"`: the target is a label per word (`to_labels`); "word_labels": with the
+  words between the labels."""
   for path in paths:
     for tree in iter_file_trees(path):
       sentence = [t for _, t in tree.leaves()] if words == "tags" else tree.words()
-      yield " ".join(sentence), " ".join(linearize(tree, words)), tree.to_string()
+      target = (to_labels(tree, words == "word_labels") if words in ("labels", "word_labels")
+                else linearize(tree, words))
+      yield " ".join(sentence), " ".join(target), tree.to_string()
 
 
 # ---------------------------------------------------------------------------------------
@@ -720,6 +890,152 @@ def constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = F
   return TreeConstraint(tuple(kind), tuple(label), tuple(start), copy=copy)
 
 
+@dataclasses.dataclass(frozen=True)
+class LabelConstraint:
+  """Token tables for constrained beam search over a label per word (`to_labels`): a
+  hypothesis may take a pair label while it has labelled fewer than all but the last word
+  and the label keeps it at or below the root, the last-word label for the last word, EOS
+  after it, nothing else. With `copy` (the words between the labels), the input's pieces
+  come in order and each pair's label right after its second word: those steps have one
+  allowed token, which the search scores as certain (log-probability 0). Every output is
+  then a tree over the input's words. Hashable, so that it can be a static argument of the
+  compiled search."""
+  kind: tuple[int, ...]        # per token id: 0 other, 1 pair label, 2 last-word label, 4 EOS
+  change: tuple[int, ...]      # per token id: a pair label's depth change (0 for others)
+  word_start: tuple[int, ...]  # per token id: 1 when the piece begins a word
+  copy: bool = False
+
+  OTHER, PAIR, LAST, END = 0, 1, 2, 4
+
+  def start(self, inputs: Any, k: int) -> dict[str, Any]:
+    import jax.numpy as jnp
+    b = inputs.shape[0]
+    n = jnp.sum(jnp.asarray(self.word_start, jnp.int32)[inputs], axis=-1)
+    zeros = jnp.zeros((b, k), jnp.int32)
+    return {"n_words": n, "n_pieces": jnp.sum((inputs != EOS_ID) & (inputs != PAD_ID), axis=-1),
+            "src": inputs, "labels": zeros, "depth": zeros, "pieces": zeros, "words": zeros}
+
+  def _moves(self, g: dict[str, Any]) -> dict[str, Any]:
+    """[b, k, 1] each: whether a pair label, the last-word label, EOS and (under `copy`) the
+    input's next piece ("next", its id) may come next."""
+    import jax.numpy as jnp
+    labels, words, pieces = (g[key][..., None] for key in ("labels", "words", "pieces"))
+    n, n_pieces = g["n_words"][:, None, None], g["n_pieces"][:, None, None]
+    out = {"depth": g["depth"][..., None], "end": (labels == n) & (n > 0)}
+    if not self.copy:
+      out["pair"], out["last"] = labels < n - 1, labels == n - 1
+      return out
+    src = g["src"]
+    out["next"] = jnp.take_along_axis(src, jnp.minimum(g["pieces"], src.shape[1] - 1),
+                                      axis=1)[..., None]
+    starts = jnp.asarray(self.word_start, jnp.int32)
+    left = pieces < n_pieces
+    boundary = ~left | (starts[out["next"]] == 1)  # the word before is whole
+    caught_up = labels == jnp.maximum(words - 1, 0)  # each word after the first labelled
+    out["copy"] = left & (~boundary | caught_up)
+    out["pair"] = boundary & (labels < n - 1) & (labels < words - 1)
+    out["last"] = ~left & (words == n) & (labels == n - 1)
+    return out
+
+  def _allowed(self, ok: dict[str, Any], kind: Any, change: Any) -> Any:
+    """[b, k, columns] whether each label or EOS column (`kind`, `change`) may come next."""
+    return (((kind == self.PAIR) & ok["pair"] & (ok["depth"] + change >= 1))
+            | ((kind == self.LAST) & ok["last"]) | ((kind == self.END) & ok["end"]))
+
+  def _tables(self, width: int) -> tuple[Any, Any]:
+    import jax.numpy as jnp
+    pad = max(0, width - len(self.kind))
+    return (jnp.asarray(self.kind + (self.OTHER,) * pad, jnp.int32),
+            jnp.asarray(self.change + (0,) * pad, jnp.int32))
+
+  def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
+    """[b, k, width]: tokens no hypothesis may take (ids past the vocabulary included)."""
+    import jax.numpy as jnp
+    del i, max_len  # the sequence ends long before any length limit: input + 1 tokens
+    width = width or len(self.kind)
+    kind, change = self._tables(width)
+    ok = self._moves(g)
+    allowed = self._allowed(ok, kind[None, None, :], change[None, None, :])
+    if self.copy:
+      allowed = allowed | ((jnp.arange(width)[None, None, :] == ok["next"]) & ok["copy"])
+    return ~allowed
+
+  def candidates(self, logits: Any, g: dict[str, Any], i: Any, max_len: Any,
+                 min_len: Any) -> tuple[Any, Any, Any]:
+    """The label columns and EOS (and under `copy` the input's next piece, scored 0) alone:
+    their log-probabilities [b, k, columns], ids, and whether each is allowed (`banned`'s
+    rule; at the length limit only EOS, no EOS before `min_len`)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    x = logits.astype(jnp.float32)
+    b, k, _ = x.shape
+    cols = np.flatnonzero(np.asarray(self.kind) != self.OTHER)
+    kind = jnp.asarray(np.asarray(self.kind)[cols], jnp.int32)
+    change = jnp.asarray(np.asarray(self.change)[cols], jnp.int32)
+    ok = self._moves(g)
+    allowed = self._allowed(ok, kind, change)
+    scores = x[..., cols] - jax.nn.logsumexp(x, axis=-1, keepdims=True)
+    ids = jnp.broadcast_to(jnp.asarray(cols, jnp.int32), (b, k, len(cols)))
+    if self.copy:
+      allowed = jnp.concatenate([allowed, ok["copy"]], axis=-1)
+      scores = jnp.concatenate([scores, jnp.zeros((b, k, 1), jnp.float32)], axis=-1)
+      ids = jnp.concatenate([ids, ok["next"].astype(jnp.int32)], axis=-1)
+      kind = jnp.concatenate([kind, jnp.zeros((1,), jnp.int32)])
+    is_end = kind == self.END
+    allowed = allowed & jnp.where(is_end, i >= min_len[:, None, None],
+                                  i < max_len[:, None, None])
+    return scores, ids, allowed
+
+  def rescore(self, g: dict[str, Any], logits: Any) -> Any:
+    """Under `copy`, a step that copies the input's next piece has no choice: that piece
+    scores log-probability 0 (every other token none). Otherwise the logits as they are."""
+    import jax.numpy as jnp
+    if not self.copy:
+      return logits
+    ok = self._moves(g)
+    forced = jnp.where(jnp.arange(logits.shape[-1]) == ok["next"], 0.0, -jnp.inf)
+    return jnp.where(ok["copy"], forced, logits.astype(jnp.float32))
+
+  def advance(self, g: dict[str, Any], beams: Any, tokens: Any) -> dict[str, Any]:
+    """The state after hypotheses `beams` [b, m] took `tokens` [b, m]."""
+    import jax.numpy as jnp
+    take = lambda key: jnp.take_along_axis(g[key], beams, axis=1)
+    kind = jnp.take(jnp.asarray(self.kind, jnp.int32), tokens, mode="fill", fill_value=0)
+    change = jnp.take(jnp.asarray(self.change, jnp.int32), tokens, mode="fill", fill_value=0)
+    out = {**g, "labels": take("labels") + ((kind == self.PAIR) | (kind == self.LAST)),
+           "depth": take("depth") + change}
+    if self.copy:  # any other token can only have been the input's next piece
+      starts = jnp.take(jnp.asarray(self.word_start, jnp.int32), tokens, mode="fill",
+                        fill_value=0)
+      copied = kind == self.OTHER
+      out["pieces"] = take("pieces") + copied
+      out["words"] = take("words") + (copied & (starts == 1))
+    return out
+
+  def keep(self, g: dict[str, Any], idx: Any) -> dict[str, Any]:
+    import jax.numpy as jnp
+    return {**g, **{key: jnp.take_along_axis(g[key], idx, axis=1)
+                    for key in ("labels", "depth", "pieces", "words")}}
+
+
+def label_constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = False,
+                         copy: bool = False) -> LabelConstraint:
+  """The label constraint's tables for a vocabulary given as its pieces (by id); `copy`:
+  the words come between the labels (`to_labels(..., words=True)`)."""
+  kind, change, start = [], [], []
+  for i, piece in enumerate(pieces):
+    k, delta, _, _ = label_kind(piece)
+    code = {"pair": LabelConstraint.PAIR, "last": LabelConstraint.LAST}.get(k, 0)
+    if i == eos_id:
+      code = LabelConstraint.END
+    kind.append(code)
+    change.append(delta if code == LabelConstraint.PAIR else 0)
+    start.append(int((piece.startswith("\u2581") and k == "other")
+                     or (unknown_is_word and i == UNK_ID)))
+  return LabelConstraint(tuple(kind), tuple(change), tuple(start), copy)
+
+
 # ---------------------------------------------------------------------------------------
 # The vocabulary as parsing uses it: words through SentencePiece, tree symbols whole
 
@@ -734,6 +1050,11 @@ def tree_symbols(targets: Iterable[str]) -> list[str]:
         seen.setdefault(s, None)
   opens = sorted(s for s in seen if s.startswith("("))
   return [WORD] + [x for label in opens for x in (label, ")" + label[1:])]
+
+
+def _is_symbol(piece: str) -> bool:
+  """A tree's own symbol (a bracket or a label), never a word's piece."""
+  return is_bracket(piece) or is_label(piece)
 
 
 class TreeVocabulary:
@@ -775,9 +1096,9 @@ class TreeVocabulary:
       return [[self._ids.get(s, UNK_ID) for s in symbols] for symbols in split]
     # A word as the sentence side encodes it, so that the decoder can copy it.
     pieces = iter(self._base.encode_many([s for symbols in split for s in symbols
-                                          if not is_bracket(s)]))
+                                          if not _is_symbol(s)]))
     return [[i for s in symbols
-             for i in ([self._ids.get(s, UNK_ID)] if is_bracket(s) else next(pieces))]
+             for i in ([self._ids.get(s, UNK_ID)] if _is_symbol(s) else next(pieces))]
             for symbols in split]
 
   def decode(self, ids: Iterable[int]) -> str:
@@ -787,7 +1108,7 @@ class TreeVocabulary:
     unknown_is_word = self.model_type == "word"
     for t in self._base.content_ids(ids):
       piece = self._base.id_to_piece(t)
-      if not self.words or is_bracket(piece) or piece == WORD:
+      if not self.words or _is_symbol(piece) or piece == WORD:
         symbols.append(piece)
       elif (piece.startswith("\u2581") or (unknown_is_word and t == UNK_ID) or not symbols
             or symbols[-1] != WORD):

@@ -82,14 +82,21 @@ class ParsingTask(Task):
   metric: str = "f1"
   metric_label: str = "EVALB F1"
   words: bool = False  # `data.tree_target` "words": targets hold the words, copied in search
+  labels: bool = False  # `data.tree_target` "labels": a label per word (parsing.to_labels);
+  # "word_labels": with `words` too, the words between the labels
 
   def vocabulary_symbols(self, train_targets: Iterable[str]) -> list[str]:
+    if self.labels:
+      return parsing.label_symbols(train_targets)
     return parsing.tree_symbols(train_targets)
 
   def vocabulary(self, base: Any) -> Any:
     return parsing.TreeVocabulary(base, self.words)
 
   def constraint(self, vocab: Any) -> Any:
+    if self.labels:
+      return parsing.label_constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word",
+                                          copy=self.words)
     return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word",
                                   copy=self.words)
 
@@ -106,12 +113,20 @@ class ParsingTask(Task):
         trees.append("")
         continue
       symbols = out.split()
-      if not parsing.is_well_formed(symbols, len(words)):
-        symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
+      if self.labels:
+        ok = parsing.labels_well_formed(symbols, len(words), self.words)
+        symbols = [s for s in symbols if parsing.is_label(s)]
+        to_tree = parsing.from_labels
+        if not ok:
+          symbols, repaired = parsing.repair_labels(symbols, len(words)), repaired + 1
+      else:
+        to_tree = parsing.to_tree
+        if not parsing.is_well_formed(symbols, len(words)):
+          symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
       tags = None
       if gold is not None:
         words, tags = map(list, zip(*gold[n].leaves()))
-      trees.append(parsing.with_top(parsing.to_tree(symbols, words, tags)))
+      trees.append(parsing.with_top(to_tree(symbols, words, tags)))
     return trees, repaired
 
   def output(self, source: str, hypothesis: str) -> str:
@@ -156,4 +171,6 @@ def for_config(cfg: Any) -> Task:
   task = for_dataset(cfg.data.dataset)
   if task is PARSING and cfg.data.tree_target in ("words", "tags"):
     return dataclasses.replace(PARSING, words=True)
+  if task is PARSING and cfg.data.tree_target in ("labels", "word_labels"):
+    return dataclasses.replace(PARSING, labels=True, words=cfg.data.tree_target == "word_labels")
   return task

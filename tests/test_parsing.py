@@ -282,6 +282,173 @@ def test_the_searchs_few_columns_score_what_the_whole_vocabulary_does():
         g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
 
 
+# --- a label per word (Gomez-Rodriguez & Vilares 2018) ------------------------------------
+
+@pytest.mark.parametrize("text, labels", [
+    # Worked by hand: word i's label is (ancestors shared with word i+1) - (those word i-1
+    # shared with word i), then the lowest shared constituent; the last word's is @end.
+    # The/cat share S NP (2), cat/sat S (1), sat/on S VP (2), on/the S VP PP (3),
+    # the/mat S VP PP NP (4), mat/. S (1).
+    ("(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))",
+     "@+2:NP @-1:S @+1:VP @+1:PP @+1:NP @-3:S @end"),
+    # A constituent over one word rides on that word's label.
+    ("(S (NP (PRP It)) (VP (VBD rained)) (. .))", "@+1:S/NP @+0:S/VP @end"),
+    # A chain of single-child constituents is one node, above a word too.
+    ("(S (VP (VB Go) (ADVP (RB away))))", "@+1:S+VP @end/ADVP"),
+    ("(NP (NN Hello))", "@end/NP"),
+])
+def test_a_tree_becomes_a_label_per_word_and_back(text, labels):
+  t = tree(text)
+  assert " ".join(parsing.to_labels(t)) == labels
+  words, tags = zip(*t.leaves())
+  assert parsing.labels_well_formed(labels.split(), len(words))
+  assert parsing.from_labels(labels.split(), words, tags).to_string() == t.to_string()
+
+
+@pytest.mark.parametrize("labels, words, ok", [
+    ("@+1:S @end", 2, True),
+    ("@+1:S @end", 3, False),              # a label too few
+    ("@+1:S @+0:S", 2, False),             # no last-word label
+    ("@end @+1:S", 2, False),              # the last-word label first
+    ("@+1:S @-1:NP @end", 3, False),       # the depth falls above the root
+    ("@+1:S the @end", 3, False),          # a word is no label
+])
+def test_well_formed_labels_are_one_per_word_and_never_rise_above_the_root(labels, words, ok):
+  assert parsing.labels_well_formed(labels.split(), words) is ok
+
+
+@pytest.mark.parametrize("labels, words, repaired, tree_text", [
+    ("@+1:S @end", 2, "@+1:S @end", "(S (XX a) (XX b))"),
+    # A later label of the same constituent wins.
+    ("@+2:NP", 3, "@+2:NP @+0:S @end", "(S (XX a) (XX b) (XX c))"),
+    ("@+1:S @+1:NP @+1:VP @end", 3, "@+1:S @+1:NP @end", "(S (XX a) (NP (XX b) (XX c)))"),
+    ("foo @end/NP", 1, "@end/NP", "(NP (XX a))"),
+    # Below the root is the root: b joins the S.
+    ("@+1:S @-2:VP @end", 3, "@+1:S @-2:VP @end", "(VP (XX a) (XX b) (XX c))"),
+])
+def test_the_label_repair_rule_gives_a_label_per_word(labels, words, repaired, tree_text):
+  out = parsing.repair_labels(labels.split(), words)
+  assert " ".join(out) == repaired
+  assert parsing.from_labels(out, "abc"[:words]).to_string() == tree_text
+
+
+LABEL_PIECES = ["<pad>", "</s>", "<s>", "<unk>", "@+1:S", "@+2:NP", "@-1:S", "@+0:NP",
+                "@-2:VP", "@end", "@end/NP", "\u2581the", "\u2581cat", "s", "\u2581sat"]
+
+
+def test_the_label_constraint_gives_a_label_per_input_word_and_the_search_ranks_its_columns():
+  """Random walks through what the constraint allows are well-formed label sequences, one
+  per input word (pieces beginning with '▁': '▁cat' 's' is one word); the gold sequence is
+  allowed all the way; the search's few columns (`candidates`) allow and score what banning
+  the rest of the vocabulary does."""
+  import jax
+  import jax.numpy as jnp
+  c = parsing.label_constraint_for(LABEL_PIECES, EOS_ID)
+  rng = np.random.default_rng(0)
+  source = [11, 12, 13, 14]  # three words
+  for _ in range(40):
+    g = c.start(jnp.array([source + [EOS_ID]]), 1)
+    out = []
+    for i in range(10):
+      logits = jnp.asarray(rng.normal(size=(1, 1, len(LABEL_PIECES) + 2)), jnp.float32)
+      banned = np.asarray(c.banned(g, jnp.int32(i), jnp.array([20]), logits.shape[-1]))[0, 0]
+      full = np.asarray(jax.nn.log_softmax(logits))[0, 0]
+      scores, ids, allowed = (np.asarray(a)[0, 0] for a in c.candidates(
+          logits, g, jnp.int32(i), jnp.array([20]), jnp.array([1])))
+      assert sorted(ids[allowed]) == sorted(np.flatnonzero(~banned))
+      np.testing.assert_allclose(scores[allowed], full[ids[allowed]], atol=1e-5)
+      token = int(rng.choice(np.flatnonzero(~banned)))
+      if token == EOS_ID:
+        break
+      out.append(LABEL_PIECES[token])
+      g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+    assert parsing.labels_well_formed(out, 3), out
+  g = c.start(jnp.array([source + [EOS_ID]]), 1)
+  for label in ["@+2:NP", "@-1:S", "@end"]:
+    token = LABEL_PIECES.index(label)
+    assert not np.asarray(c.banned(g, 0, jnp.array([20])))[0, 0, token], label
+    g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+  assert np.flatnonzero(~np.asarray(c.banned(g, 0, jnp.array([20])))[0, 0]).tolist() == [EOS_ID]
+
+
+def test_with_the_words_the_label_constraint_copies_them_and_labels_each_pair_after_it():
+  """`data.tree_target=word_labels`: random walks copy the input's pieces in order ('▁cat' 's'
+  one word, no label inside it), a pair label right after each word from the second on,
+  the last-word label once every word is in, then EOS; a copy step allows one token, which
+  both the search's columns and the rescored whole vocabulary score 0."""
+  import jax
+  import jax.numpy as jnp
+  t = tree("(S (NP (DT the) (NNS cats)) (VP (VBD sat)))")
+  assert " ".join(parsing.to_labels(t, words=True)) == "the cats @+2:NP sat @-1:S @end/VP"
+  c = parsing.label_constraint_for(LABEL_PIECES, EOS_ID, copy=True)
+  rng = np.random.default_rng(0)
+  source = [11, 12, 13, 14]  # ▁the ▁cat s ▁sat: three words, four pieces
+  for _ in range(30):
+    g = c.start(jnp.array([source + [EOS_ID]]), 1)
+    out = []
+    for i in range(12):
+      logits = jnp.asarray(rng.normal(size=(1, 1, len(LABEL_PIECES))), jnp.float32)
+      banned = np.asarray(c.banned(g, jnp.int32(i), jnp.array([20])))[0, 0]
+      full = np.asarray(jax.nn.log_softmax(c.rescore(g, logits)))[0, 0]
+      scores, ids, allowed = (np.asarray(a)[0, 0] for a in c.candidates(
+          logits, g, jnp.int32(i), jnp.array([20]), jnp.array([1])))
+      assert sorted(ids[allowed]) == sorted(np.flatnonzero(~banned))
+      np.testing.assert_allclose(scores[allowed], full[ids[allowed]], atol=1e-5)
+      token = int(rng.choice(np.flatnonzero(~banned)))
+      if not parsing.is_label(LABEL_PIECES[token]) and token != EOS_ID:
+        assert (~banned).sum() == 1 and scores[allowed][0] == 0
+      if token == EOS_ID:
+        break
+      out.append(LABEL_PIECES[token])
+      g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+    assert [p for p in out if not parsing.is_label(p)] == [LABEL_PIECES[i] for i in source]
+    assert out[2] == "s" and parsing.is_label(out[3])  # the label after '▁cat s', not inside
+    words = [p if parsing.is_label(p) else "XX" for p in out if p != "s"]
+    assert parsing.labels_well_formed(words, 3, words=True), out
+
+
+def test_constrained_beam_search_of_an_untrained_model_gives_a_label_per_word():
+  import jax
+  from t2t_jax import decode, model
+  from t2t_jax.config import ModelConfig
+  cfg = ModelConfig(vocab_size=len(LABEL_PIECES), num_layers=1, d_model=16, d_ff=32,
+                    num_heads=2, d_k=8, d_v=8, dropout=0.0)
+  params = model.Transformer(cfg).init(jax.random.PRNGKey(0), np.ones((1, 4), np.int32),
+                                        np.ones((1, 4), np.int32))["params"]
+  inputs = np.array([[11, 12, 13, 14, EOS_ID, 0], [11, 14, EOS_ID, 0, 0, 0],
+                     [12, EOS_ID, 0, 0, 0, 0]], np.int32)
+  seqs, _ = decode.beam_search(params, inputs, cfg, beam_size=3, alpha=0.3,
+                               max_extra_length=300,
+                               constraint=parsing.label_constraint_for(LABEL_PIECES, EOS_ID))
+  for row, words in zip(np.asarray(seqs), (3, 2, 1)):
+    best = [LABEL_PIECES[t] for t in decode.strip(row[0])]
+    assert parsing.labels_well_formed(best, words), best
+
+
+def test_the_parsing_task_scores_labels_with_gold_tags_and_counts_the_repaired_outputs():
+  task = dataclasses.replace(tasks.PARSING, labels=True)
+  source = "The cat sat on the mat ."
+  gold = GOLD[5:-1]
+  good = "@+2:NP @-1:S @+1:VP @+1:PP @+1:NP @-3:S @end"
+  result = task.score([source, source], [good, "@+1:S @end"], [gold, gold], "")
+  assert result["repaired"] == 1 and result["well_formed"] == 1
+  assert result["_trees"][0] == parsing.with_top(tree(gold))
+  assert result["f1"] < 100
+
+
+def test_every_tree_of_the_sample_comes_back_from_its_labels():
+  path = shared_data("ptb_wsj_sample")
+  count = 0
+  for split in ("train", "dev", "test"):
+    for sentence, target, gold in parsing.iter_examples(parsing.split_files(path, split),
+                                                        "labels"):
+      t = tree(gold)
+      assert parsing.labels_well_formed(target.split(), len(sentence.split()))
+      assert parsing.from_labels(target.split(), *zip(*t.leaves())).to_string() == gold
+      count += 1
+  assert count == 3396 + 273 + 245  # the sample's README
+
+
 # --- scoring as EVALB (COLLINS.prm) -------------------------------------------------------
 
 GOLD = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
