@@ -300,7 +300,6 @@ def with_top(tree: Tree) -> str:
 # `The cat @+2:NP sat @-1:S @end/VP`: the decoder has read both words it labels, and the
 # constrained search copies the words from the input.
 
-LABEL_PREFIX = "@"
 LAST_LABEL = "@end"
 _PAIR_LABEL = re.compile(r"^@([+-]\d+):([^/\s]+)(?:/(\S+))?$")
 _LAST = re.compile(r"^@end(?:/(\S+))?$")
@@ -382,9 +381,8 @@ def labels_well_formed(symbols: Sequence[str], num_words: int, words: bool = Fal
 
 def repair_labels(symbols: Sequence[str], num_words: int, root: str = "S") -> list[str]:
   """A fixed rule that makes any symbol sequence a label per word: other symbols (words)
-  dropped;
-  the first `num_words - 1` pair labels kept, missing ones `@+0:root` (the word joins the
-  current constituent); the first last-word label after them kept, else `@end`. (Depths
+  dropped; the first `num_words - 1` pair labels kept, missing ones `@+0:root` (the word
+  joins the current constituent); the first last-word label kept, else `@end`. (Depths
   below the root are read as the root by `from_labels`.)"""
   pairs = [s for s in symbols if label_kind(s)[0] == "pair"][:max(num_words - 1, 0)]
   pairs += [f"@+0:{root}"] * (num_words - 1 - len(pairs))

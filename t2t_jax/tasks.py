@@ -74,8 +74,8 @@ class Task:
 
 @dataclasses.dataclass(frozen=True)
 class ParsingTask(Task):
-  """Parsing: words in, a tree of labelled brackets out (POS tags as one symbol), decoded
-  under the tree constraint and scored with EVALB's rules (COLLINS.prm). POS tags are not
+  """Parsing: words in, a tree out (labelled brackets with POS tags as one symbol, or a label
+  per word), decoded under the tree constraint and scored with EVALB's rules (COLLINS.prm). POS tags are not
   predicted: the scored trees carry the gold tags (tagging accuracy 100 by construction),
   as seq2seq parsers that emit `XX` are scored; `--mode=translate` writes `XX`."""
   name: str = "parsing"

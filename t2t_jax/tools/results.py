@@ -440,11 +440,11 @@ def table_table4() -> str:
            "not run here (needs LDC's Treebank-3)"],
           ["Transformer (4 layers), semi-supervised: `parse_wsj_semisup`",
            "WSJ + 17M silver trees", "92.7", "not run here"],
-          [f"`parse_wsj_sample`: 4+4 layers, width 256, {trained['train_minutes']:g} min on "
-           f"2 CPU cores, a label per word", "NLTK's 10% sample, wsj_0001-0159 (3.4K trees)",
-           "", f"F1 {test['f1']:.2f} on wsj_0180-0199 (not section 23)"],
-          ["the same hour with the paper's bracket targets", "the same", "",
-           f"F1 {brackets['f1']:.2f}"]]
+          [f"`parse_wsj_sample`: 4+4 layers, width 256, a label per word, "
+           f"{trained['train_minutes']:g} min on 2 CPU cores",
+           "NLTK's 10% sample, wsj_0001-0159 (3.4K trees)", "",
+           f"F1 {test['f1']:.2f} on wsj_0180-0199 (not section 23)"],
+          ["the same hour, the paper's brackets", "the same", "", f"F1 {brackets['f1']:.2f}"]]
   dates = ", ".join(sorted({test["date"], brackets["date"]}))
   return _table(["model", "training data", "paper, WSJ 23 F1 ", "here"], rows) + \
       f"\n{test['machine']}, {dates}; [parse_wsj_sample](results/parse_wsj_sample/README.md).\n"
