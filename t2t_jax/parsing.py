@@ -935,10 +935,13 @@ class LabelConstraint:
     out["last"] = ~left & (words == n) & (labels == n - 1)
     return out
 
-  def _allowed(self, ok: dict[str, Any], kind: Any, change: Any) -> Any:
-    """[b, k, columns] whether each label or EOS column (`kind`, `change`) may come next."""
+  def _allowed(self, ok: dict[str, Any], kind: Any, change: Any, at_limit: Any) -> Any:
+    """[b, k, columns] whether each label or EOS column (`kind`, `change`) may come next;
+    `at_limit` [b, 1, 1]: the length limit is reached, where EOS may end an unfinished
+    sequence (a limit too short for it: the repair rule then starts from its labels)."""
     return (((kind == self.PAIR) & ok["pair"] & (ok["depth"] + change >= 1))
-            | ((kind == self.LAST) & ok["last"]) | ((kind == self.END) & ok["end"]))
+            | ((kind == self.LAST) & ok["last"])
+            | ((kind == self.END) & (ok["end"] | at_limit)))
 
   def _tables(self, width: int) -> tuple[Any, Any]:
     import jax.numpy as jnp
@@ -949,11 +952,11 @@ class LabelConstraint:
   def banned(self, g: dict[str, Any], i: Any, max_len: Any, width: int | None = None) -> Any:
     """[b, k, width]: tokens no hypothesis may take (ids past the vocabulary included)."""
     import jax.numpy as jnp
-    del i, max_len  # the sequence ends long before any length limit: input + 1 tokens
     width = width or len(self.kind)
     kind, change = self._tables(width)
     ok = self._moves(g)
-    allowed = self._allowed(ok, kind[None, None, :], change[None, None, :])
+    allowed = self._allowed(ok, kind[None, None, :], change[None, None, :],
+                            (i >= max_len)[:, None, None])
     if self.copy:
       allowed = allowed | ((jnp.arange(width)[None, None, :] == ok["next"]) & ok["copy"])
     return ~allowed
@@ -972,7 +975,7 @@ class LabelConstraint:
     kind = jnp.asarray(np.asarray(self.kind)[cols], jnp.int32)
     change = jnp.asarray(np.asarray(self.change)[cols], jnp.int32)
     ok = self._moves(g)
-    allowed = self._allowed(ok, kind, change)
+    allowed = self._allowed(ok, kind, change, (i >= max_len)[:, None, None])
     scores = x[..., cols] - jax.nn.logsumexp(x, axis=-1, keepdims=True)
     ids = jnp.broadcast_to(jnp.asarray(cols, jnp.int32), (b, k, len(cols)))
     if self.copy:

@@ -369,6 +369,16 @@ def test_the_label_constraint_gives_a_label_per_input_word_and_the_search_ranks_
     assert not np.asarray(c.banned(g, 0, jnp.array([20])))[0, 0, token], label
     g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
   assert np.flatnonzero(~np.asarray(c.banned(g, 0, jnp.array([20])))[0, 0]).tolist() == [EOS_ID]
+  # A length limit too short for the sequence: EOS may end it there (and only there), so the
+  # search returns its best unfinished hypothesis for the repair rule instead of nothing.
+  g = c.advance(c.start(jnp.array([source + [EOS_ID]]), 1), jnp.zeros((1, 1), jnp.int32),
+                jnp.array([[LABEL_PIECES.index("@+2:NP")]]))
+  for i, limit in ((1, 5), (1, 1)):
+    logits = jnp.zeros((1, 1, len(LABEL_PIECES)), jnp.float32)
+    _, ids, allowed = (np.asarray(a)[0, 0] for a in c.candidates(
+        logits, g, jnp.int32(i), jnp.array([limit]), jnp.array([1])))
+    eos_allowed = not np.asarray(c.banned(g, jnp.int32(i), jnp.array([limit])))[0, 0, EOS_ID]
+    assert (EOS_ID in ids[allowed]) == eos_allowed == (i >= limit)
 
 
 def test_with_the_words_the_label_constraint_copies_them_and_labels_each_pair_after_it():
