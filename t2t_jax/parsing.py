@@ -681,6 +681,13 @@ def evalb(gold_lines: Sequence[str], test_lines: Sequence[str]) -> dict[str, Any
 # The decoder's grammar: only prefixes of well-formed trees over the input's words
 
 
+def _input_piece_at(src: Any, position: Any) -> Any:
+  """[b, k] the input piece `src` [b, width] holds at `position` [b, k] (the last past it):
+  what a copying constraint's hypothesis places next."""
+  import jax.numpy as jnp
+  return jnp.take_along_axis(src, jnp.minimum(position, src.shape[1] - 1), axis=1)
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeConstraint:
   """Token tables for constrained beam search (`decode.search_steps`): each hypothesis keeps
@@ -725,9 +732,7 @@ class TreeConstraint:
   @staticmethod
   def _next_piece(g: dict[str, Any]) -> Any:
     """[b, k] the input piece each hypothesis places next under `copy`."""
-    import jax.numpy as jnp
-    src = g["src"]
-    return jnp.take_along_axis(src, jnp.minimum(g["words"], src.shape[1] - 1), axis=1)
+    return _input_piece_at(g["src"], g["words"])
 
   def _moves(self, g: dict[str, Any], i: Any, max_len: Any) -> dict[str, Any]:
     """[b, k, 1] each: whether an open bracket, a word slot, a close bracket (of the
@@ -923,9 +928,7 @@ class LabelConstraint:
     if not self.copy:
       out["pair"], out["last"] = labels < n - 1, labels == n - 1
       return out
-    src = g["src"]
-    out["next"] = jnp.take_along_axis(src, jnp.minimum(g["pieces"], src.shape[1] - 1),
-                                      axis=1)[..., None]
+    out["next"] = _input_piece_at(g["src"], g["pieces"])[..., None]
     starts = jnp.asarray(self.word_start, jnp.int32)
     left = pieces < n_pieces
     boundary = ~left | (starts[out["next"]] == 1)  # the word before is whole

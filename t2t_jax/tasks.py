@@ -75,9 +75,10 @@ class Task:
 @dataclasses.dataclass(frozen=True)
 class ParsingTask(Task):
   """Parsing: words in, a tree out (labelled brackets with POS tags as one symbol, or a label
-  per word), decoded under the tree constraint and scored with EVALB's rules (COLLINS.prm). POS tags are not
-  predicted: the scored trees carry the gold tags (tagging accuracy 100 by construction),
-  as seq2seq parsers that emit `XX` are scored; `--mode=translate` writes `XX`."""
+  per word), decoded under the tree constraint and scored with EVALB's rules (COLLINS.prm).
+  POS tags are not predicted: the scored trees carry the gold tags (tagging accuracy 100 by
+  construction), as seq2seq parsers that emit `XX` are scored; `--mode=translate` writes
+  `XX`."""
   name: str = "parsing"
   metric: str = "f1"
   metric_label: str = "EVALB F1"
