@@ -735,7 +735,7 @@ class Dataset:
     shortest = (packing.shortest_row(tgt, cfg.data.max_length) if shortest == "auto"
                 else int(shortest))
     classes = packing.row_classes(cfg.data.max_length, shortest,
-                                  float(src.sum() / tgt.sum()))
+                                  float(src.sum() / tgt.sum()), int(src.max()))
     self.plan = packing.make_plan(src, tgt, classes)
     self._pair_type = self.plan.pair_types(src, tgt)
     self._class_rows = np.array([packing.rows_per_step(cfg.train.tokens_per_step, lt)

@@ -58,11 +58,15 @@ def round_up(x: float, multiple: int) -> int:
   return int(math.ceil(x / multiple) * multiple)
 
 
-def row_classes(max_length: int, shortest: int, ratio: float) -> list[tuple[int, int]]:
+def row_classes(max_length: int, shortest: int, ratio: float,
+                longest_source: int | None = None) -> list[tuple[int, int]]:
   """[(target length, source length)] of the row classes, shortest first: target lengths
   double from `shortest` up to `max_length`; each source length is the target length times
   the corpus's source/target `ratio` with SOURCE_SLACK, rounded up to ROW_MULTIPLE, and the
-  longest class holds any pair of up to `max_length` tokens a side."""
+  longest class holds any pair of the corpus: sources of up to `longest_source` tokens (of
+  up to `max_length` when not given). Not `max_length` regardless: where every source is
+  much shorter than its target (a parser's label-per-word trees are 2n + 1 symbols for n
+  words) that would leave about half of each row's source side empty."""
   lengths, length = [], max(1, min(shortest, max_length))
   while length < max_length:
     lengths.append(length)
@@ -71,7 +75,10 @@ def row_classes(max_length: int, shortest: int, ratio: float) -> list[tuple[int,
   classes = []
   for lt in lengths:
     ls = round_up(lt * ratio * SOURCE_SLACK, ROW_MULTIPLE if lt >= ROW_MULTIPLE else 1)
-    classes.append((lt, max(ls, max_length) if lt == max_length else ls))
+    if lt == max_length:
+      ls = max(ls, max_length if longest_source is None
+               else round_up(min(longest_source, max_length), ROW_MULTIPLE))
+    classes.append((lt, ls))
   return classes
 
 

@@ -29,6 +29,14 @@ def test_row_classes_double_to_max_length_with_source_room_for_the_ratio():
   # A shorter source side; the longest class still holds a 256-token source.
   assert packing.row_classes(256, 64, 0.9) == [(64, 64), (128, 120), (256, 256)]
   assert packing.row_classes(32, 100, 1.0) == [(32, 40)]
+  # Given the corpus's longest source, the longest class holds that, not max_length: a
+  # parser's 2n + 1 target symbols for n words (ratio ~0.5, sources of at most 127 + EOS)
+  # fill rows of 256 / 136, not 256 / 256 (half the source side empty). 256 x 0.5 x 1.03
+  # = 131.8 -> 136 is more room than the longest source (128).
+  assert packing.row_classes(256, 256, 0.5, longest_source=128) == [(256, 136)]
+  assert packing.row_classes(256, 64, 0.9, longest_source=250) == [(64, 64), (128, 120),
+                                                                   (256, 256)]
+  assert packing.row_classes(256, 128, 0.4, longest_source=201) == [(128, 56), (256, 208)]
   # "auto": 4 sentences of the mean length, to a power of two: 4 x 25 -> 128; 4 x 15 -> 64.
   assert packing.shortest_row(np.full(10, 25), 256) == 128
   assert packing.shortest_row(np.array([10, 20]), 256) == 64
