@@ -4,7 +4,8 @@ EVALB's own figures where its binary is given.
 
   python -m t2t_jax.tools.parse_table4 --workdir=runs/parse_wsj_sample \
       [--other=dropout_0.1=runs/parse_dropout01] [--other_eval=NAME=WORKDIR] \
-      [--evalb=EVALB/evalb --prm=EVALB/COLLINS.prm] [--out=results/parse_wsj_sample/table4.jsonl]
+      [--evalb=EVALB/evalb --prm=EVALB/COLLINS.prm] [--average_last=N] \
+      [--out=results/parse_wsj_sample/table4.jsonl]
 
 Each line of the output is a record: the run, the split, the decoding (beam, alpha, extra
 length, constrained), EVALB's figures by `t2t_jax.parsing.evalb`, the well-formed share of the
@@ -35,6 +36,9 @@ flags.DEFINE_string("evalb", "", "An EVALB binary, to score the same trees with 
 flags.DEFINE_string("prm", "", "EVALB's parameter file (COLLINS.prm).")
 flags.DEFINE_string("out", "", "JSONL file of records.")
 flags.DEFINE_bool("test", True, "Also decode test, the paper's way (constrained).")
+flags.DEFINE_integer("average_last", 0, "Checkpoints averaged for the decodes (0: as each run "
+                     "recorded): a window chosen on dev after training from the checkpoints "
+                     "the run kept.")
 FLAGS = flags.FLAGS
 
 # (name, beam, alpha, extra length): section 6.3's decoding, and translation's (section 6.1).
@@ -54,15 +58,17 @@ def evalb_binary_f1(binary: str, prm: str, gold: list[str], test: list[str]) -> 
 
 
 def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
-                 constrained: bool) -> tuple[dict[str, Any], list[str], list[str]]:
-  """The run's averaged parser on `split` with these settings: its figures, its trees and the
-  gold trees."""
+                 constrained: bool, average_last: int = 0
+                 ) -> tuple[dict[str, Any], list[str], list[str]]:
+  """The run's averaged parser on `split` with these settings (its last `average_last`
+  checkpoints averaged; 0: as the run recorded): its figures, its trees and the gold trees."""
   from t2t_jax import input_pipeline, tasks, translator, workdirs
   from t2t_jax.config import override
   cfg = workdirs.recorded_config(workdir)
   cfg = override(cfg, {"decode.beam_size": beam, "decode.alpha": alpha,
                        "decode.max_extra_length": extra, "decode.constrained": constrained,
-                       "decode.mbr": False})
+                       "decode.mbr": False,
+                       **({"average.last": average_last} if average_last else {})})
   ds = input_pipeline.load(cfg, num_devices=1)
   decoder, label = translator.load_decoder(cfg, [workdir], ds.vocab)
   sources, refs = ds.raw(split)
@@ -146,7 +152,8 @@ def main(argv: list[str]) -> None:
       record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
     keep(record)
   for run, workdir, split, decoding, beam, alpha, extra, constrained in jobs:
-    found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained)
+    found, trees, gold = decode_split(workdir, split, beam, alpha, extra, constrained,
+                                      FLAGS.average_last)
     record = {"run": run, "kind": "decoding", "decoding": decoding, **found}
     if FLAGS.evalb:
       record["evalb_binary_f1"] = evalb_binary_f1(FLAGS.evalb, FLAGS.prm, gold, trees)
