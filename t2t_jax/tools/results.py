@@ -455,16 +455,13 @@ def table_table4() -> str:
 
 def table_parse_sample() -> str:
   """results/parse_wsj_sample: dev and test F1 by decoding, run and constraint."""
-  rows = []
-  earlier = [dict(r, run=f"earlier {r['run']}") for r in read(EARLIER)
-             if r["kind"] == "training" or (r["split"], r["decoding"], r["constrained"]) ==
-             ("dev", "paper", True)]
-  for r in read(TABLE4) + earlier:
-    if r["kind"] != "decoding":
-      continue
-    trained = one(EARLIER if r["run"].startswith("earlier ") else TABLE4,
-                  run=r["run"].removeprefix("earlier "), kind="training")
-    rows.append([r["run"], f"{trained['dropout']:g}", trained["steps"], r["split"],
+  rows, earlier = [], read(EARLIER)
+  decoded = [("", TABLE4, r) for r in read(TABLE4) if r["kind"] == "decoding"] + [
+      ("earlier ", EARLIER, r) for r in earlier if r["kind"] == "decoding"
+      and (r["split"], r["decoding"], r["constrained"]) == ("dev", "paper", True)]
+  for prefix, path, r in decoded:
+    trained = one(path, run=r["run"], kind="training")
+    rows.append([prefix + r["run"], f"{trained['dropout']:g}", trained["steps"], r["split"],
                  f"{r['decoding']}: beam {r['beam_size']}, alpha {r['alpha']:g}, "
                  f"+{r['max_extra_length']}", "yes" if r["constrained"] else "no",
                  f"{r['f1']:.2f}", r.get("evalb_binary_f1", ""), f"{r['recall']:.2f}",
