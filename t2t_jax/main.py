@@ -56,10 +56,15 @@ flags.DEFINE_string("test_data", None, "eval: another data source (folder:DIR[:S
                     "WORKDIR/eval/<the source's name>/.")
 flags.DEFINE_list("ensemble", [], "eval, translate, score: other workdirs (comma-separated) whose "
                   "models decode together with --workdir's, averaging their probabilities.")
-flags.DEFINE_string("compilation_cache", "auto", "Where compiled programs are kept across "
-                    "runs (JAX's persistent compilation cache), so that a resume, eval or "
-                    "translate does not compile again: auto = WORKDIR/compilation_cache (in "
-                    "the bucket when the workdir is one), a folder, or none.")
+# A host's runs may share one cache (a sweep's rows compile the same programs; the test suite
+# points every run it starts at one folder): the environment sets the flag's default.
+COMPILATION_CACHE_ENV = "T2T_JAX_COMPILATION_CACHE"
+flags.DEFINE_string("compilation_cache", os.environ.get(COMPILATION_CACHE_ENV, "auto"),
+                    "Where compiled programs are kept across runs (JAX's persistent "
+                    "compilation cache), so that a resume, eval or translate does not compile "
+                    "again: auto = WORKDIR/compilation_cache (in the bucket when the workdir "
+                    f"is one), a folder, or none. Default: ${COMPILATION_CACHE_ENV} if set, "
+                    "else auto.")
 flags.DEFINE_string("sentence", None, "attention: the source sentence to visualise.")
 flags.DEFINE_integer("layer", 0, "attention: which encoder/decoder layer to draw.")
 flags.DEFINE_bool("distributed", False, "train: join a multi-process job, detected from the "

@@ -30,6 +30,20 @@ import jax  # noqa: E402  (after XLA_FLAGS: XLA reads it when the first device i
 jax.config.update("jax_disable_most_optimizations",
                   os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] not in ("0", "false", "False"))
 
+# The suite builds the same tiny models again and again, in its workers and in the commands it
+# starts: one persistent compilation cache for the whole test run (both workers, every
+# subprocess through main's --compilation_cache default, later CI stages when .ci/run gives the
+# folder) compiles each program once and reads it after. A cache hit is no compilation to
+# JAX's monitoring, so a test that counts compilations is marked `counts_compilations` and runs
+# without it (the fixture below).
+COMPILATION_CACHE_ENV = "T2T_JAX_COMPILATION_CACHE"  # = t2t_jax.main.COMPILATION_CACHE_ENV
+if COMPILATION_CACHE_ENV not in os.environ:
+  os.environ[COMPILATION_CACHE_ENV] = tempfile.mkdtemp(prefix="t2t_jax_test_jax_cache_")
+  atexit.register(shutil.rmtree, os.environ[COMPILATION_CACHE_ENV], ignore_errors=True)
+if os.environ[COMPILATION_CACHE_ENV].lower() not in ("", "none", "off"):
+  jax.config.update("jax_compilation_cache_dir", os.environ[COMPILATION_CACHE_ENV])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -86,11 +100,31 @@ def pytest_collection_modifyitems(config, items):
                    f"\".[{extra}]\"; CI runs these with python -m pytest -m extra tests)"))
 
 
+@pytest.fixture(autouse=True)
+def _compilation_cache_off_where_compilations_are_counted(request):
+  """A test marked `counts_compilations` compiles every program it runs, as a process with
+  no persistent cache does; the cache is restored after it."""
+  if not request.node.get_closest_marker("counts_compilations"):
+    yield
+    return
+  from jax.experimental.compilation_cache import compilation_cache
+  before = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()  # JAX decides once per process whether to use a cache
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", before)
+    compilation_cache.reset_cache()
+
+
 def pytest_configure(config):
   # A deprecation that this package's own code triggers fails its test, on every Python and
   # JAX that runs the suite (a config filter is a regex: the package's modules, all of them).
   config.addinivalue_line("filterwarnings", "error::DeprecationWarning:t2t_jax")
   config.addinivalue_line("markers", "cluster: several JAX processes or a cluster launcher")
+  config.addinivalue_line("markers", "counts_compilations: counts XLA compilations in this "
+                          "process, so runs without the suite's persistent compilation cache")
   config.addinivalue_line("markers", f"object_store: a workdir in a gs:// bucket on a local "
                           f"GCS server; skipped unless {OBJECT_STORE_ENV}=1")
   config.addinivalue_line("markers", f"long: an end-to-end run of about half a minute or more; "

@@ -1,6 +1,7 @@
 """What many tests share: the tiny model, fast data settings, the training command, and a
 stand-in for cuDNN's packed-layout kernel on CPU."""
 
+import functools
 import sys
 from pathlib import Path
 
@@ -70,3 +71,25 @@ def offsets_layout_on_cpu(monkeypatch, kernel=packed_layout_reference):
                       lambda setting, dtype: "offsets" if setting == "offsets"
                       else resolve(setting, dtype))
   monkeypatch.setattr(model, "cudnn_packed_attention", kernel)
+
+
+# Keyword arguments of `Module.apply` that choose what is computed, not values to compute on.
+_STATIC_APPLY_ARGS = ("method", "train", "deterministic", "mutable", "decode")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_apply(module, static: tuple):
+  kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in static}
+  return jax.jit(lambda variables, args, dynamic: module.apply(variables, *args, **dynamic,
+                                                                 **kwargs))
+
+
+def apply(module, variables, *args, **kwargs):
+  """`module.apply(variables, *args, **kwargs)` compiled whole: outside jit, Flax runs a
+  model op by op and XLA compiles every op for every shape on its own (a tiny Transformer's
+  forward pass is hundreds of compilations, most of a model test's time). Computes the same
+  function; `rngs` and arrays are traced, the choices in `_STATIC_APPLY_ARGS` are not."""
+  static = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                        for k, v in kwargs.items() if k in _STATIC_APPLY_ARGS))
+  dynamic = {k: v for k, v in kwargs.items() if k not in _STATIC_APPLY_ARGS}
+  return _compiled_apply(module, static)(variables, args, dynamic)

@@ -87,23 +87,6 @@ def _args(workdir, mode, tmp, dataset):
   return args
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-  """The 98 commands compile the same few programs: a persistent compilation cache for this
-  module (as the command itself keeps one) turns all but the first of each into a read."""
-  import jax
-  from jax.experimental.compilation_cache import compilation_cache
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-  before = [getattr(jax.config, n) for n in names]
-  jax.config.update(names[0], str(tmp_path_factory.mktemp("jax_cache")))
-  jax.config.update(names[1], 0.0)
-  compilation_cache.reset_cache()  # JAX decides once per process whether to use a cache
-  yield
-  for name, value in zip(names, before):
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()  # the worker's later tests run as they would alone
-
-
 def train_in_process(workdir, dataset: str) -> None:
   """The tiny run trained by `main` in this process (a module fixture has no capsys)."""
   err = io.StringIO()

@@ -422,6 +422,7 @@ def test_the_decode_batch_is_the_backends_and_any_batch_finds_the_same(params, m
   assert backend.decode_batch_tokens("auto") == backend.DEVICE_DECODE_BATCH_TOKENS == 32768
 
 
+@pytest.mark.counts_compilations
 def test_a_decoder_that_keeps_its_batches_compiles_every_program_ahead(params):
   """`BeamDecoder(shrink=False).compile_ahead(sentences)` compiles each batch's search (its
   start, its steps at each cache length, the cache growths) so that translating the same

@@ -33,6 +33,17 @@ def test_params_mode_prints_count_and_breakdown_without_tensorflow():
   assert "encoder" in r.stdout and "decoder" in r.stdout and "embed" in r.stdout
 
 
+def test_the_environment_gives_the_compilation_caches_default():
+  """T2T_JAX_COMPILATION_CACHE sets --compilation_cache's default (one cache for a host's runs);
+  without it each run keeps its own, in the workdir."""
+  code = "from t2t_jax import main; print(main.FLAGS['compilation_cache'].default)"
+  env = {k: v for k, v in os.environ.items() if k != "T2T_JAX_COMPILATION_CACHE"}
+  runs = [subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.strip()
+          for e in (env, {**env, "T2T_JAX_COMPILATION_CACHE": "/some/folder"})]
+  assert runs == ["auto", "/some/folder"]
+
+
 def test_set_overrides_reach_the_model():
   r = run("--mode=params", "--experiment=base_ende", "--set", "model.num_layers=2",
           "--set", "model.vocab_size=1000")

@@ -12,7 +12,7 @@ from t2t_jax import cpu_kernels, model, registry
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import EOS_ID, PAD_ID
 
-from helpers import offsets_layout_on_cpu, packed_layout_reference
+from helpers import apply, offsets_layout_on_cpu, packed_layout_reference
 
 TINY = ModelConfig(vocab_size=50, num_layers=2, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                    dropout=0.0, max_len=32)
@@ -52,11 +52,11 @@ def test_decoder_is_causal():
   rng = np.random.default_rng(0)
   src = _tokens(rng, 2, 7, TINY.vocab_size)
   tgt = _tokens(rng, 2, 9, TINY.vocab_size)
-  logits = model.Transformer(TINY).apply({"params": params}, src, tgt)
+  logits = apply(model.Transformer(TINY), {"params": params}, src, tgt)
   for t in (0, 3, 6):
     changed = tgt.copy()
     changed[:, t + 1:] = rng.integers(4, TINY.vocab_size, size=changed[:, t + 1:].shape)
-    new = model.Transformer(TINY).apply({"params": params}, src, changed)
+    new = apply(model.Transformer(TINY), {"params": params}, src, changed)
     # Target t+1 is first seen at decoder position t+1 (inputs are shifted right).
     np.testing.assert_allclose(new[:, :t + 2], logits[:, :t + 2], atol=1e-5)
     assert not np.allclose(new[:, t + 2:], logits[:, t + 2:], atol=1e-3)
@@ -67,15 +67,15 @@ def test_extra_padding_does_not_change_outputs():
   rng = np.random.default_rng(1)
   src = _tokens(rng, 3, 6, TINY.vocab_size, lengths=[6, 4, 2])
   tgt = _tokens(rng, 3, 5, TINY.vocab_size, lengths=[5, 3, 2])
-  logits = model.Transformer(TINY).apply({"params": params}, src, tgt)
+  logits = apply(model.Transformer(TINY), {"params": params}, src, tgt)
   src_padded = np.pad(src, ((0, 0), (0, 7)))
   tgt_padded = np.pad(tgt, ((0, 0), (0, 4)))
-  padded = model.Transformer(TINY).apply({"params": params}, src_padded, tgt_padded)
+  padded = apply(model.Transformer(TINY), {"params": params}, src_padded, tgt_padded)
   for i, n in enumerate([5, 3, 2]):  # compare the real (non-pad) target positions
     np.testing.assert_allclose(padded[i, :n], logits[i, :n], atol=1e-5)
   # Padding inside the original width too: row 2 has length 2 and its pads are masked.
-  enc = model.Transformer(TINY).apply({"params": params}, src, method=model.Transformer.encode)
-  enc_padded = model.Transformer(TINY).apply({"params": params}, src_padded,
+  enc = apply(model.Transformer(TINY), {"params": params}, src, method=model.Transformer.encode)
+  enc_padded = apply(model.Transformer(TINY), {"params": params}, src_padded,
                                              method=model.Transformer.encode)
   np.testing.assert_allclose(enc_padded[2, :2], enc[2, :2], atol=1e-5)
 
@@ -90,7 +90,7 @@ def test_source_target_and_softmax_share_one_embedding():
   tgt = np.array([[20, 21, EOS_ID]], np.int32)   # decoder inputs: BOS, 20, 21
 
   def loss(p):
-    logits = model.Transformer(TINY).apply({"params": p}, src, tgt)
+    logits = apply(model.Transformer(TINY), {"params": p}, src, tgt)
     return logits[0, :, 30].sum()                  # token 30 appears only as an output
   grad = jax.grad(loss)(params)["embed"]["embedding"]
   for token in (10, 20, 30):
@@ -146,7 +146,7 @@ def test_variants_run(changes):
   params = _params(cfg)
   rng = np.random.default_rng(2)
   src, tgt = _tokens(rng, 2, 5, cfg.vocab_size), _tokens(rng, 2, 6, cfg.vocab_size)
-  logits = model.Transformer(cfg).apply({"params": params}, src, tgt, train=True,
+  logits = apply(model.Transformer(cfg), {"params": params}, src, tgt, train=True,
                                         rngs={"dropout": jax.random.PRNGKey(1)})
   assert logits.shape == (2, 6, cfg.vocab_size)
   assert np.isfinite(np.asarray(logits)).all()
@@ -185,8 +185,8 @@ def test_attention_dropout_keeps_the_expected_attention_output():
   x_kv = jnp.asarray(rng.normal(size=(1, 5, cfg.d_model)), jnp.float32)
   bias = jnp.zeros((1, 1, 1, 5))
   variables = mha.init(jax.random.PRNGKey(0), x_q, x_kv, bias)
-  exact = mha.apply(variables, x_q, x_kv, bias, train=False)
-  mean, spread = _sample_mean(lambda k: mha.apply(variables, x_q, x_kv, bias, train=True,
+  exact = apply(mha, variables, x_q, x_kv, bias, train=False)
+  mean, spread = _sample_mean(lambda k: apply(mha, variables, x_q, x_kv, bias, train=True,
                                                   rngs={"dropout": k}))
   assert spread.min() > 1e-3  # the weights really are dropped in training
   np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(DROPOUT_KEYS))
@@ -198,8 +198,8 @@ def test_relu_dropout_keeps_the_expected_feed_forward_output():
   ffn = model.FeedForward(cfg)
   x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 3, cfg.d_model)), jnp.float32)
   variables = ffn.init(jax.random.PRNGKey(0), x)
-  exact = ffn.apply(variables, x, train=False)
-  mean, spread = _sample_mean(lambda k: ffn.apply(variables, x, train=True, rngs={"dropout": k}))
+  exact = apply(ffn, variables, x, train=False)
+  mean, spread = _sample_mean(lambda k: apply(ffn, variables, x, train=True, rngs={"dropout": k}))
   assert spread.min() > 1e-3
   np.testing.assert_allclose(mean, exact, atol=4 * spread.max() / np.sqrt(DROPOUT_KEYS))
 
@@ -209,9 +209,9 @@ def test_attention_and_relu_dropout_are_off_in_eval_and_keep_the_decoder_causal(
   params = _params(TINY)  # the options add no parameters
   rng = np.random.default_rng(6)
   src, tgt = _tokens(rng, 2, 7, TINY.vocab_size), _tokens(rng, 2, 9, TINY.vocab_size)
-  plain = model.Transformer(TINY).apply({"params": params}, src, tgt)  # no dropout at all
-  np.testing.assert_array_equal(model.Transformer(cfg).apply({"params": params}, src, tgt), plain)
-  train = lambda c, t: model.Transformer(c).apply({"params": params}, src, t, train=True,
+  plain = apply(model.Transformer(TINY), {"params": params}, src, tgt)  # no dropout at all
+  np.testing.assert_array_equal(apply(model.Transformer(cfg), {"params": params}, src, tgt), plain)
+  train = lambda c, t: apply(model.Transformer(c), {"params": params}, src, t, train=True,
                                                   rngs={"dropout": jax.random.PRNGKey(3)})
   for option in ("attention_dropout", "relu_dropout"):  # each is wired into the layers
     one = dataclasses.replace(TINY, **{option: 0.5})
@@ -253,8 +253,8 @@ def test_bfloat16_compute_stays_close_to_float32():
   params = _params(TINY)
   rng = np.random.default_rng(3)
   src, tgt = _tokens(rng, 2, 8, TINY.vocab_size), _tokens(rng, 2, 8, TINY.vocab_size)
-  f32 = model.Transformer(TINY).apply({"params": params}, src, tgt)
-  bf16 = model.Transformer(dataclasses.replace(TINY, dtype="bfloat16")).apply(
+  f32 = apply(model.Transformer(TINY), {"params": params}, src, tgt)
+  bf16 = apply(model.Transformer(dataclasses.replace(TINY, dtype="bfloat16")), 
       {"params": params}, src, tgt)
   assert bf16.dtype == jnp.float32  # float32 accumulation, float32 outputs
   p32, p16 = jax.nn.softmax(f32), jax.nn.softmax(bf16)
@@ -272,7 +272,7 @@ def test_bfloat16_gradients_run_and_stay_close_to_float32():
 
   def grads(cfg):
     def loss(p):
-      logp = jax.nn.log_softmax(model.Transformer(cfg).apply({"params": p}, src, tgt))
+      logp = jax.nn.log_softmax(apply(model.Transformer(cfg), {"params": p}, src, tgt))
       return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
     return jax.jit(jax.grad(loss))(params)
 
@@ -289,7 +289,7 @@ def test_attention_weights_are_recorded_per_head():
   params = _params(TINY)
   rng = np.random.default_rng(4)
   src, tgt = _tokens(rng, 1, 5, TINY.vocab_size), _tokens(rng, 1, 4, TINY.vocab_size)
-  _, state = model.Transformer(TINY).apply({"params": params}, src, tgt,
+  _, state = apply(model.Transformer(TINY), {"params": params}, src, tgt,
                                            mutable=["intermediates"])
   w = state["intermediates"]["decoder_1"]["cross_attention"]["attention_weights"][0]
   assert w.shape == (1, TINY.num_heads, 4, 5)
@@ -319,7 +319,7 @@ def test_fused_attention_with_key_lengths_equals_the_bias_path_on_padded_batches
   weights = (targets != PAD_ID).astype(jnp.float32)
 
   def loss_and_logits(c, p):
-    logits = model.Transformer(c).apply({"params": p}, inputs, targets)
+    logits = apply(model.Transformer(c), {"params": p}, inputs, targets)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 7] * weights), logits
   grad = jax.jit(jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True),
                  static_argnums=0)
@@ -342,7 +342,7 @@ def test_a_row_of_padding_only_stays_finite_with_fused_attention():
   cfg = dataclasses.replace(TINY, implementation="plain", fused_attention=True)
   inputs = jnp.zeros((2, 5), jnp.int32).at[0, :3].set(jnp.array([5, 6, EOS_ID]))
   targets = jnp.zeros((2, 4), jnp.int32).at[0, :2].set(jnp.array([7, EOS_ID]))
-  logits = model.Transformer(cfg).apply({"params": _params(cfg)}, inputs, targets)
+  logits = apply(model.Transformer(cfg), {"params": _params(cfg)}, inputs, targets)
   assert np.isfinite(np.asarray(logits)).all()
 
 
@@ -388,7 +388,7 @@ def test_fused_projections_are_the_same_parameters_and_the_same_function(impleme
   targets = jnp.asarray(_tokens(rng, 3, 7, cfg.vocab_size, lengths=[3, 7, 5]))
 
   def loss_and_logits(c, p):
-    logits = model.Transformer(c).apply({"params": p}, inputs, targets)
+    logits = apply(model.Transformer(c), {"params": p}, inputs, targets)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 7]), logits
   grad = jax.jit(jax.value_and_grad(loss_and_logits, argnums=1, has_aux=True),
                  static_argnums=0)
@@ -491,7 +491,7 @@ def test_packed_sentences_get_the_log_probabilities_and_gradients_they_get_alone
 
   @functools.partial(jax.jit, static_argnums=3)  # one compilation, not one per operation
   def token_logp(p, src, tgt, packed):
-    logits = model.Transformer(cfg, packed=packed).apply({"params": p}, src, tgt)
+    logits = apply(model.Transformer(cfg, packed=packed), {"params": p}, src, tgt)
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tgt[..., None], -1)[..., 0]
     return jnp.where(tgt != PAD_ID, logp, 0.0)
 
@@ -561,7 +561,7 @@ def test_the_packed_layout_lowers_to_cudnns_packed_kernels_for_a_gpu(monkeypatch
                             segment_attention="offsets", dtype="bfloat16")
   params = _params(dataclasses.replace(TINY, num_layers=1, d_k=16, d_v=16, max_len=64))
   rows = jnp.ones((4, 64), jnp.int32)
-  loss = lambda p: jnp.sum(model.Transformer(cfg, packed=True).apply(
+  loss = lambda p: jnp.sum(apply(model.Transformer(cfg, packed=True), 
       {"params": p}, rows, rows).astype(jnp.float32))
   text = jax.jit(jax.grad(loss)).trace(params).lower(lowering_platforms=("cuda",)).as_text()
   calls = [line for line in text.splitlines() if "__cudnn$fmha" in line]
@@ -602,7 +602,7 @@ def test_cudnn_packed_layout_equals_the_bias_layout_on_a_gpu():
   tgt = _pack(rows + [[]], 64)
 
   def loss(p, c):
-    logits = model.Transformer(c, packed=True).apply({"params": p}, src, tgt)
+    logits = apply(model.Transformer(c, packed=True), {"params": p}, src, tgt)
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tgt[..., None], -1)[..., 0]
     return jnp.sum(jnp.where(tgt != PAD_ID, logp, 0.0)), logits
 

@@ -96,9 +96,11 @@ def test_a_run_in_a_bucket_trains_resumes_averages_evaluates_and_translates(gcs,
   read the bucket."""
   workdir = f"gs://{BUCKET}/runs/tiny"
   extra = {"train.checkpoint_every_steps": 2, "train.log_every_steps": 2, "average.last": 2}
-  out = _run(_train_cmd(workdir, 4, extra), gcs)
+  # The run's own compilation cache (a test run points the others at one local folder).
+  out = _run(_train_cmd(workdir, 4, extra) + ["--compilation_cache=auto"], gcs)
   assert "test: sacreBLEU" in out and "averaged" in out, out[-3000:]
   objects = _objects(gcs, workdir)
+  assert any(o.startswith("compilation_cache/") for o in objects), objects
   for name in ("experiment.json", "spm.model", "metrics.jsonl", "eval/test.json",
                "eval/test.hyp", "averaged/averaged.json"):
     assert name in objects, objects

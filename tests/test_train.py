@@ -537,6 +537,7 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
     assert f"into {tmp_path / f'member{i}' / 'averaged'}" in r.stdout, r.stdout
 
 
+@pytest.mark.counts_compilations
 def test_compile_counter_sees_a_new_compilation():
   x = np.arange(7.0, dtype=np.float32)
   with bookkeeping.CompileCounter() as compiles:
@@ -546,6 +547,7 @@ def test_compile_counter_sees_a_new_compilation():
   assert compiles.count == 1
 
 
+@pytest.mark.counts_compilations
 def test_nothing_compiles_in_the_loop_after_each_shapes_first_step(tmp_path):
   """The trainer's own count: every batch shape compiles the step once, the first dev
   evaluation compiles its shapes once, and nothing else compiles inside the loop."""
@@ -937,6 +939,7 @@ def test_how_the_model_computes_may_change_but_not_its_shape_or_training(tmp_pat
     bookkeeping.check_run_info(override(cfg, {"model.num_heads": 4}), str(tmp_path), training=False)
 
 
+@pytest.mark.counts_compilations
 def test_dev_bleu_and_samples_are_logged_while_training(tmp_path, capsys):
   """`train.bleu_every_steps`: the log's dev BLEU is sacreBLEU of what the model at that step
   translates (checked against the saved checkpoint's own translations), with three samples as
@@ -1196,6 +1199,7 @@ def test_an_update_is_applied_only_when_its_loss_and_gradients_are_finite():
   assert not bool(train.update_is_finite(jnp.float32(1.5), inf))
 
 
+@pytest.mark.counts_compilations
 def test_every_step_shape_is_compiled_before_the_first_step_and_none_in_the_loop(
     tmp_path, capsys, monkeypatch):
   """The train step of each batch shape the run meets and the eval step of each dev batch
@@ -1317,6 +1321,7 @@ def test_a_device_too_small_for_the_model_stops_the_run_before_its_first_step(
   assert rows[-1]["largest_plan_bytes"] > state_bytes
 
 
+@pytest.mark.counts_compilations
 def test_a_new_runs_parameters_are_made_while_its_steps_compile(tmp_path, monkeypatch):
   """A new run compiles its steps from the state's shapes while its parameters are made:
   here making them cannot finish before the compilation has begun, which a trainer that
@@ -1538,6 +1543,7 @@ def test_a_training_run_on_the_gpu_paths_learns_and_compiles_nothing_in_the_loop
   assert np.isfinite(rows[-1]["dev_loss"]) and rows[-1]["compiles_after_warmup"] == 0
 
 
+@pytest.mark.counts_compilations
 def test_a_shape_that_compiling_ahead_missed_is_counted_in_the_loop(tmp_path, monkeypatch):
   """`compiles_after_warmup` counts every compilation in the loop once the steps were compiled
   ahead, a shape's first included: a run whose compile-ahead list leaves out a shape it meets
