@@ -11,6 +11,8 @@ from t2t_jax import decode, model
 from t2t_jax.config import ModelConfig
 from t2t_jax.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
+from helpers import apply
+
 TINY = ModelConfig(vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8,
                    dropout=0.0, max_len=128)
 
@@ -32,8 +34,8 @@ def _sources(lengths, width, seed=0):
 def _full_logp(params, cfg, src, hyp):
   """log p(hyp | src) from one teacher-forced forward pass (no cache)."""
   tgt = np.array([hyp], np.int32)
-  logits = model.Transformer(cfg).apply({"params": params}, src[None], tgt)
-  logp = jax.nn.log_softmax(logits[0])
+  logits = apply(model.Transformer(cfg), {"params": params}, src[None], tgt)
+  logp = np.asarray(jax.nn.log_softmax(logits[0]), np.float64)
   return float(sum(logp[t, tok] for t, tok in enumerate(hyp)))
 
 
@@ -48,12 +50,12 @@ def test_cached_decoding_matches_full_forward(changes):
   src = _sources([5, 3], 7)
   tgt = np.random.default_rng(1).integers(4, cfg.vocab_size, size=(2, 6)).astype(np.int32)
   t = model.Transformer(cfg)
-  full = t.apply({"params": params}, src, tgt)
-  encoded = t.apply({"params": params}, src, method=model.Transformer.encode)
+  full = apply(t, {"params": params}, src, tgt)
+  encoded = apply(t, {"params": params}, src, method=model.Transformer.encode)
   cache = t.apply({"params": params}, encoded, 6, method=model.Transformer.init_cache)
   decoder_inputs = np.asarray(model.shift_right(jnp.asarray(tgt)))
   for pos in range(6):
-    logits, cache = t.apply({"params": params}, cache, decoder_inputs[:, pos], jnp.int32(pos),
+    logits, cache = apply(t, {"params": params}, cache, decoder_inputs[:, pos], jnp.int32(pos),
                             src, method=model.Transformer.decode_step)
     np.testing.assert_allclose(logits, full[:, pos], atol=1e-4)
 
@@ -208,7 +210,8 @@ def test_uncached_search_finds_the_same_hypotheses(params):
 
 def _token_logp(params, cfg, src, hyp):
   """log p(token_t | src, hyp_<t) for each position, from one teacher-forced forward pass."""
-  logits = model.Transformer(cfg).apply({"params": params}, src[None], np.array([hyp], np.int32))
+  logits = apply(model.Transformer(cfg), {"params": params}, src[None],
+                 np.array([hyp], np.int32))
   logp = np.asarray(jax.nn.log_softmax(logits[0]), np.float64)
   return logp[np.arange(len(hyp)), hyp]
 
@@ -317,7 +320,7 @@ def test_sequence_scores_are_log_probabilities_and_an_ensemble_averages_probabil
   assert float(total[0]) == pytest.approx(_full_logp(params, TINY, src[0], [9, 12, 7, EOS_ID]),
                                           abs=1e-4)
   both, _ = decode.sequence_logprobs([params, other], src, tgt, (TINY, TINY))
-  la, lb = (jax.nn.log_softmax(model.Transformer(TINY).apply({"params": p}, src, tgt))
+  la, lb = (jax.nn.log_softmax(apply(model.Transformer(TINY), {"params": p}, src, tgt))
             for p in (params, other))
   expected = sum(float(np.log((np.exp(la[1, t, tok]) + np.exp(lb[1, t, tok])) / 2))
                  for t, tok in enumerate([5, EOS_ID]))
