@@ -20,16 +20,17 @@ def cpu_model() -> str:
   return f"{name} {units}, {os.cpu_count()} cores"
 
 
-def write_record(record: dict, out: str | None) -> None:
+def write_record(record: dict, out: str | None, commit: str | None = None) -> None:
   """A measurement's JSON record with what it was measured on (the machine, the date, jax's
-  version, the code's commit), printed, and written to `out` when given."""
+  version, the code's commit: `commit`, where the measured code is not this checkout's
+  HEAD), printed, and written to `out` when given."""
   import datetime
   import json
   import os
   import subprocess
   import jax
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(__file__)).stdout.strip()
+  commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, cwd=os.path.dirname(__file__)).stdout.strip()
   record = {**record, "machine": cpu_model(), "date": datetime.date.today().isoformat(),
             "jax": jax.__version__, "commit": commit}
   text = json.dumps(record, indent=1)

@@ -477,7 +477,50 @@ def table_parse_sample() -> str:
       f"{one('parse_wsj_sample/test.json')['f1']:.2f}.\n")
 
 
+def _ci_runs() -> list[tuple[str, dict[str, Any]]]:
+  """results/ci_time's records, by file name (each a run of `bash .ci/run`)."""
+  return [(p.stem, read(f"ci_time/{p.name}")[0])
+          for p in sorted((RESULTS / "ci_time").glob("*.json"))]
+
+
+def table_ci_time() -> str:
+  """Each CI run's stages side by side, in minutes, then its tests' counts."""
+  runs = _ci_runs()
+  names = list(dict.fromkeys(s["name"] for _, r in runs for s in r["stages"]))
+  minutes = [{s["name"]: f"{s['seconds'] / 60:.1f}" for s in r["stages"]} for _, r in runs]
+  rows = [[name] + [m.get(name, "") for m in minutes] for name in names]
+  rows.append(["**total**"] + [f"**{r['total_sec'] / 60:.1f}**" if r.get("total_sec") else ""
+                                for _, r in runs])
+  rows.append(["tests passed / failed"] + [
+      f"{sum(p.get('passed', 0) for p in r['pytest'])} / "
+      f"{sum(p.get('failed', 0) for p in r['pytest'])}" for _, r in runs])
+  out = _table(["stage (minutes)"] + [f"{label} " for label, _ in runs], rows) + "\n"
+  out += "\n".join(f"- `{label}`: {_where(r)}, jax {r['jax']}, commit {r['commit'][:7]}"
+                   + (f"; {r['note']}" if r.get("note") else "") for label, r in runs) + "\n"
+  return out
+
+
+def table_ci_newest() -> str:
+  """The newest CI run's stages in minutes, one line (WORKSPACE.md's CI section)."""
+  label, r = _ci_runs()[-1]
+  stages = "; ".join(f"{s['name']} {s['seconds'] / 60:.1f}" for s in r["stages"])
+  return (f"Minutes, run `{label}` ({_where(r)}, commit {r['commit'][:7]}): {stages}; "
+          f"**total {r['total_sec'] / 60:.1f}**.\n")
+
+
+def table_ci_slowest() -> str:
+  """The newest run's 20 slowest test phases, each with its stage."""
+  from t2t_jax.tools import ci_time
+  label, r = _ci_runs()[-1]
+  rows = [[f"{t['seconds']:.1f}", t["phase"], f"`{t['test'].removeprefix('tests/')}`",
+           t.get("part") or t.get("stage") or ""] for t in ci_time.slowest(r)]
+  return _table(["seconds ", "phase", "test", "stage"], rows) + f"\nRun `{label}`.\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "ci_time": table_ci_time,
+    "ci_slowest": table_ci_slowest,
+    "ci_newest": table_ci_newest,
     "results": table_results,
     "projection": table_projection,
     "benchmarks": table_benchmarks,
