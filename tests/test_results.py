@@ -79,4 +79,5 @@ def test_the_readme_fits_in_a_few_screens():
   assert len((REPO / "README.md").read_text()) <= 9500   # both of the paper's results
   assert len((REPO / "USAGE.md").read_text()) <= 22000
   assert len((REPO / "WORKSPACE.md").read_text()) <= 15000
-  assert sum(len(p.read_text()) for p in (REPO / "results").glob("*/README.md")) <= 30000
+  # The results' own pages, 17 of them (CI's times the newest): a few screens each at most.
+  assert sum(len(p.read_text()) for p in (REPO / "results").glob("*/README.md")) <= 36000
