@@ -504,8 +504,8 @@ def table_ci_newest() -> str:
   """The newest CI run's stages in minutes, one line (WORKSPACE.md's CI section)."""
   label, r = _ci_runs()[-1]
   stages = "; ".join(f"{s['name']} {s['seconds'] / 60:.1f}" for s in r["stages"])
-  return (f"Minutes, run `{label}` ({_where(r)}, commit {r['commit'][:7]}): {stages}; "
-          f"**total {r['total_sec'] / 60:.1f}**.\n")
+  return (f"Minutes (run `{label}`, {r['date']}): {stages}; **total "
+          f"{r['total_sec'] / 60:.1f}**.\n")
 
 
 def table_ci_slowest() -> str:
