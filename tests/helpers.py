@@ -82,7 +82,7 @@ _STATIC_APPLY_ARGS = ("method", "train", "deterministic", "mutable", "decode")
 
 @functools.lru_cache(maxsize=None)
 def _compiled_apply(module, static: tuple):
-  kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in static}
+  kwargs = dict(static)  # lists already made tuples by `apply`, to be hashable here
   return jax.jit(lambda variables, args, dynamic: module.apply(variables, *args, **dynamic,
                                                                  **kwargs))
 

@@ -89,8 +89,8 @@ def main(argv: list[str]) -> None:
     sys.exit(f"error: cannot read --log={FLAGS.log}: {e.strerror}")
   if not record["stages"]:
     sys.exit(f"error: {FLAGS.log} has no `ci stage:` line: is it the output of .ci/run?")
-  commit = FLAGS.commit or record.pop("commit")
-  record.pop("commit", None)
+  logged = record.pop("commit")
+  commit = FLAGS.commit or logged
   record = {"command": "bash .ci/run", **record, "slowest20": slowest(record),
             **({"note": FLAGS.note} if FLAGS.note else {})}
   write_record(record, FLAGS.out or None, commit=commit)
