@@ -2,6 +2,7 @@
 stand-in for cuDNN's packed-layout kernel on CPU."""
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ TINY_MODEL = {"model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "mod
               "decode.max_extra_length": 8}
 # Three length buckets: few shapes to compile.
 FAST_DATA = {"data.max_length": 32, "data.bucket_growth": 2.0}
+
+
+def cpu_devices(n: int) -> str:
+  """XLA_FLAGS for a command with `n` CPU devices, compiling as the test process does
+  (conftest.FAST_COMPILE_ENV; the persistent compilation cache keys on the flags)."""
+  return f"--xla_force_host_platform_device_count={n} {os.environ['T2T_JAX_TEST_XLA_FLAGS']}"
 
 
 def tiny_cfg(**changes):

@@ -22,9 +22,9 @@ import pytest
 from t2t_jax import checkpoints, optim, registry, train
 from t2t_jax.config import override
 
-from helpers import FAST_DATA, REPO, TINY_MODEL, main_command
+from helpers import FAST_DATA, REPO, TINY_MODEL, cpu_devices, main_command
 
-ENV = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+ENV = {**os.environ, "XLA_FLAGS": cpu_devices(2)}
 STEPS = 30
 SETS = {**TINY_MODEL, **FAST_DATA, "model.dropout": 0.1,
         "train.steps": STEPS, "train.checkpoint_every_steps": 10, "train.log_every_steps": 5,

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import REPO, set_flags, tiny_cfg
-from test_multihost import DEVICES, _free_port
+from helpers import REPO, cpu_devices, set_flags, tiny_cfg
+from test_multihost import _free_port
 from test_train import _final_params, _train_cmd, _train_sets
 
 pytestmark = pytest.mark.cluster
@@ -86,7 +86,7 @@ def _assert_equals_single_process(tmp_path, workdir, steps):
   """The launcher's run equals one process of 8 devices trained to `steps` at once."""
   single = tmp_path / "single"
   r = subprocess.run(_train_cmd(single, steps, EXTRA), cwd=REPO, capture_output=True, text=True,
-                     env={**os.environ, "XLA_FLAGS": DEVICES.format(8)}, timeout=TIMEOUT)
+                     env={**os.environ, "XLA_FLAGS": cpu_devices(8)}, timeout=TIMEOUT)
   assert r.returncode == 0, r.stderr[-3000:]
   cfg = tiny_cfg()
   (a_params, a_step), (b_params, b_step) = _final_params(single, cfg), _final_params(workdir, cfg)
@@ -126,7 +126,7 @@ def _mpirun(workdir, steps, extra=EXTRA):
 def test_mpirun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(tmp_path):
   _need("mpirun")
   _stop_resume_and_compare(_mpirun, tmp_path, tmp_path / "mpi_run",
-                           {**os.environ, "XLA_FLAGS": DEVICES.format(4)})
+                           {**os.environ, "XLA_FLAGS": cpu_devices(4)})
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def _srun(workdir, steps):
 
 def test_srun_trains_stops_on_sigterm_to_one_task_and_resumes_exactly(slurm, tmp_path):
   _stop_resume_and_compare(_srun, tmp_path, tmp_path / "srun_run",
-                           {**slurm, "XLA_FLAGS": DEVICES.format(4)})
+                           {**slurm, "XLA_FLAGS": cpu_devices(4)})
 
 
 def test_the_sbatch_script_as_written_trains_through_its_own_requeue(slurm, tmp_path):
@@ -243,7 +243,7 @@ def test_the_sbatch_script_as_written_trains_through_its_own_requeue(slurm, tmp_
   next segment resumes and, at the last step, averages and evaluates once. One sbatch
   --wait, one log: no resubmission by hand."""
   workdir = tmp_path / "sbatch_run"
-  env = {**slurm, "XLA_FLAGS": DEVICES.format(4), "EXPERIMENT": "demo",
+  env = {**slurm, "XLA_FLAGS": cpu_devices(4), "EXPERIMENT": "demo",
          "WORKDIR": str(workdir), "SBATCH_GPUS_PER_NODE": "0",
          "SBATCH_OUTPUT": f"{tmp_path}/job-%j.out"}
   steps = 10  # the stop lands at the first agreed step (2), long before these
@@ -316,7 +316,7 @@ def test_the_tpu_script_installs_trains_evaluates_and_resumes_on_every_host(tmp_
          "ZONE": "here", "EXPERIMENT": "demo", "WORKDIR": str(workdir), "EXTRAS": "tfds",
          "DATA_DIR": str(tmp_path / "shared" / "t2t_data"),
          "PYTHON": sys.executable, "TPU_STANDIN_ROOT": str(tmp_path / "hosts"),
-         "XLA_FLAGS": DEVICES.format(4)}
+         "XLA_FLAGS": cpu_devices(4)}
 
   def script(*args):
     r = subprocess.run(["bash", str(REPO / "launch/tpu_vm.sh"), *args], cwd=tmp_path, env=env,

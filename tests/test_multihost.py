@@ -10,11 +10,11 @@ import pytest
 import numpy as np
 
 from t2t_jax import optim, train
+from helpers import cpu_devices
 from test_train import REPO, _final_params, _train_cmd, tiny_cfg
 
 pytestmark = pytest.mark.cluster
 
-DEVICES = "--xla_force_host_platform_device_count={}"
 
 
 def _free_port() -> int:
@@ -26,7 +26,7 @@ def _free_port() -> int:
 def _run_two_processes(workdir, steps, extra, devices=4, launcher=None, returncode=0):
   """`launcher`: a script run in place of `-m t2t_jax.main` (with main's flags)."""
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(devices)}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(devices)}
   cmd = _train_cmd(workdir, steps, extra)
   if launcher:
     cmd = [cmd[0], str(launcher)] + cmd[3:]
@@ -46,7 +46,7 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path):
            "train.learning_rate_scale": 30.0, "model.dropout": 0.1}
   one = tmp_path / "one"
   r = subprocess.run(_train_cmd(one, 6, extra), cwd=REPO, capture_output=True, text=True,
-                     env={**os.environ, "XLA_FLAGS": DEVICES.format(8)}, timeout=600)
+                     env={**os.environ, "XLA_FLAGS": cpu_devices(8)}, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
 
   multi = tmp_path / "multi"
@@ -75,7 +75,7 @@ def test_sigterm_to_one_process_stops_both_after_the_same_step_with_one_checkpoi
   `train.sync_every_steps`, not every step), stop there together, and write one checkpoint."""
   import signal
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(4)}
   extra = {"train.final_eval": False, "train.checkpoint_every_steps": 100_000,
            "train.log_every_steps": 1000, "train.eval_every_steps": 100_000,
            "train.sync_every_steps": 7}
@@ -120,7 +120,7 @@ def test_processes_that_disagree_all_stop_with_one_error_instead_of_training_apa
   different configurations (here another seed) trained diverged; now every process stops
   with the same one-line error, none left waiting."""
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(4)}
   procs = [subprocess.Popen(
       _train_cmd(tmp_path / "run", 3, {"train.final_eval": False, "train.seed": i}) +
       [f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
@@ -141,7 +141,7 @@ def test_a_run_preempted_on_8_devices_resumes_on_4_or_on_2_processes_of_2(tmp_pa
 
   def single(workdir, steps, devices):
     r = subprocess.run(_train_cmd(workdir, steps, extra), cwd=REPO, capture_output=True,
-                       text=True, env={**os.environ, "XLA_FLAGS": DEVICES.format(devices)},
+                       text=True, env={**os.environ, "XLA_FLAGS": cpu_devices(devices)},
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
@@ -166,7 +166,7 @@ def test_process_zero_prepares_the_data_while_the_others_wait(tmp_path):
   folder at once (and tfds does not support concurrent builds). Now process 0 prepares; the
   others wait, then find its cache. A failure there ends both with one line."""
   data = tmp_path / "data"
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4), "T2T_JAX_DATA_DIR": str(data)}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(4), "T2T_JAX_DATA_DIR": str(data)}
 
   def two(workdir, extra):
     port = _free_port()
@@ -214,7 +214,7 @@ def test_a_finished_two_process_job_averages_and_evaluates_on_process_zero(tmp_p
   assert "sacreBLEU" not in outs[1] and "waiting for process 0 to average" in outs[1]
   assert (tmp_path / "eval" / "valid.json").exists()
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": DEVICES.format(4)}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(4)}
   procs = [subprocess.Popen(
       _train_cmd(tmp_path, 2, {"train.final_eval_test": False})  # its last --mode wins
       + ["--mode=eval", "--splits=valid", f"--coordinator_address=localhost:{port}",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import FAST_DATA, REPO, TINY_MODEL, set_flags
+from helpers import FAST_DATA, REPO, TINY_MODEL, cpu_devices, set_flags
 
 MINI = {**TINY_MODEL, **FAST_DATA, "train.steps": 10, "train.tokens_per_step": 512,
         "train.max_tokens_per_batch": 512, "train.checkpoint_every_steps": 10,
@@ -110,7 +110,7 @@ def test_two_rows_at_once_with_seeds_stop_on_sigterm_resume_and_aggregate(tmp_pa
   args_long = args + set_flags({**MINI, **every, "train.steps": 100_000,
                                 "train.checkpoint_every_steps": 100_000,
                                 "train.eval_every_steps": 100_000})
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(1)}
   proc = subprocess.Popen(args_long, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   first = [tmp_path / "table3_base", tmp_path / "table3_base_seed1"]

@@ -22,7 +22,7 @@ from t2t_jax.config import DataConfig, override
 from t2t_jax.errors import UserError
 from t2t_jax.special_tokens import EOS_ID
 
-from helpers import FAST_DATA, REPO, TINY_MODEL, main_command, tiny_cfg
+from helpers import FAST_DATA, REPO, TINY_MODEL, cpu_devices, main_command, tiny_cfg
 
 
 @pytest.mark.parametrize("step, expected", [
@@ -318,7 +318,7 @@ def _losses(workdir):
 @pytest.mark.long
 def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
   """A run killed after a checkpoint and restarted equals an uninterrupted run, bit for bit."""
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(2)}
   full, killed = tmp_path / "full", tmp_path / "killed"
   steps = 40
   r = subprocess.run(_train_cmd(full, steps), cwd=REPO, env=env, capture_output=True, text=True,
@@ -359,7 +359,7 @@ def test_sigkill_and_resume_reaches_identical_parameters_and_losses(tmp_path):
 def test_time_budget_ends_training_like_the_last_step(tmp_path):
   """`train.max_train_minutes` stops at the budget with a checkpoint, then evaluates;
   a rerun of the finished workdir trains no further."""
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(2)}
   # A log line every step: the first (compilation included) must come before the cooldown
   # starts, which leaves a slow machine 14 s for it.
   budget_s, cooldown_s = 20, 6
@@ -488,7 +488,7 @@ def test_ensemble_run_trains_its_members_and_decodes_with_all(tmp_path):
   """`ensemble.members=2`: one command trains two seeds at once in WORKDIR/member<i>/, passes
   a SIGTERM on to both (each checkpoints; the same command resumes them), stops them if it is
   killed, and decodes the dev and test splits with both models."""
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+  env = {**os.environ, "XLA_FLAGS": cpu_devices(1)}
   # Signals alone end the first two runs (no time budget that a slow machine could spend
   # before they come); the third finishes at once: both members are past step 1.
   cmd = _train_cmd(tmp_path, 100_000, {"ensemble.members": 2, "model.dropout": 0.1})
