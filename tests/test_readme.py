@@ -100,7 +100,6 @@ def test_readme_and_usage_commands_run_in_a_quick_form(cmd):
   assert words[:2] == ["python", "-m"], cmd
   if words[2] == "pytest":
     return  # this suite
-  args = [sys.executable] + words[1:]
   # The module's own flags parse the command's arguments (names, types, enum values).
   parse = ("import sys; from absl import flags; import importlib; "
            "importlib.import_module(sys.argv[1]); flags.FLAGS(['prog'] + sys.argv[2:])")
@@ -108,12 +107,18 @@ def test_readme_and_usage_commands_run_in_a_quick_form(cmd):
     parse = ("import runpy, sys; from absl import app, flags; "
              "app.run = lambda main: flags.FLAGS(['prog'] + sys.argv[2:]); "
              "runpy.run_module(sys.argv[1], run_name='__main__')")
+  quick = []
+  if words[2] == "t2t_jax.main":
+    # Then, in the same process, its experiment and `--set` keys are checked as the command
+    # would check them (`--mode=params`, the files it would read or write left out).
+    quick = [a for a in words[3:] if not a.startswith(("--mode=", "--sentence=", "--output=",
+                                                       "--input="))] + ["--mode=params"]
+    parse = ("import sys; from t2t_jax import main; n = int(sys.argv[1]); "
+             "main.FLAGS(['prog'] + sys.argv[2:n]); main.FLAGS.unparse_flags(); "
+             "main._main_guarded(main._parse_flags(['t2t_jax.main'] + sys.argv[n:]))")
+    words = words[:2] + [str(len(words) - 1)] + words[3:] + quick
   r = subprocess.run([sys.executable, "-c", parse] + words[2:], cwd=REPO, capture_output=True,
                      text=True, timeout=120)
   assert r.returncode == 0, (cmd, r.stderr[-2000:])
-  if words[2] == "t2t_jax.main":
-    quick = [a for a in args if not a.startswith(("--mode=", "--sentence=", "--output=",
-                                                  "--input="))]
-    r = subprocess.run(quick + ["--mode=params"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0 and "params:" in r.stdout, (cmd, r.stderr[-2000:])
+  if quick:
+    assert "params:" in r.stdout, (cmd, r.stdout[-2000:], r.stderr[-2000:])
