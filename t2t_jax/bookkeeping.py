@@ -323,7 +323,7 @@ def write_run_info(cfg: ExperimentConfig, workdir: str, restored: bool = False) 
 
 def checkpoint_bytes(cfg: ExperimentConfig) -> int:
   """Bytes of one training checkpoint: float32 parameters plus Adam's two moments."""
-  return 3 * 4 * model.count_params(model.abstract_params(cfg.model))
+  return 3 * 4 * model.param_count(cfg.model)
 
 
 def kept_checkpoint_bytes(cfg: ExperimentConfig) -> int:

@@ -103,7 +103,7 @@ def micro_batch_tokens(cfg: ExperimentConfig, num_devices: int) -> int:
     full_logits = backend.loss_chunk_tokens(cfg.train.loss_chunk_tokens) == 0
     per_token = model.train_bytes_per_token(cfg.model, cfg.data.max_length, full_logits)
     # Parameters, their gradient, the accumulated gradient and Adam's two moments, float32.
-    return per_token, 5 * 4 * model.count_params(model.abstract_params(cfg.model))
+    return per_token, 5 * 4 * model.param_count(cfg.model)
   return backend.micro_batch_tokens(setting, math.ceil(cfg.train.tokens_per_step / num_devices),
                                     memory_estimate)
 

@@ -128,6 +128,25 @@ def test_deeper_encoder_than_decoder_has_the_closed_form_count():
   assert "decoder_2" in names and "decoder_3" not in names
 
 
+def test_param_count_is_the_initialised_models_and_traced_once_a_config(tmp_path,
+                                                                        monkeypatch):
+  """Every command checks its workdir's free disk (checkpoint_bytes, twice) and may size its
+  micro-batch from the parameter count: each asked for a trace of the whole model (~0.2 s on
+  a CPU; 300 checks took 53 s)."""
+  from t2t_jax import bookkeeping
+  from helpers import tiny_cfg
+  cfg = tiny_cfg()
+  initialised = model.init_params(cfg.model, jax.random.PRNGKey(0))
+  traced, real = [], model.abstract_params
+  monkeypatch.setattr(model, "abstract_params", lambda c: traced.append(c) or real(c))
+  model.param_count.cache_clear()
+  for _ in range(3):
+    bookkeeping.check_workdir(cfg, str(tmp_path))
+    assert model.param_count(cfg.model) == sum(x.size for x in jax.tree_util.tree_leaves(
+        initialised))
+  assert traced == [cfg.model]
+
+
 def test_paper_param_counts_within_8_percent():
   from t2t_jax.tools import param_table
   for row in param_table.rows():
