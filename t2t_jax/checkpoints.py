@@ -81,6 +81,7 @@ class Checkpointer:
     self.async_save = async_save
     self.keep, self.keep_for_average, self.spacing = keep, keep_for_average, spacing
     self._written: dict[int, retention.Written] = {}
+    self._metadata: dict[int, Any] = {}  # orbax's metadata of a step, once read
     self._unpruned = False  # a save whose commit has not been followed by pruning
 
   def steps(self) -> list[int]:
@@ -109,7 +110,7 @@ class Checkpointer:
     """What the policy needs of checkpoint `step`, from its metadata."""
     if step not in self._written:
       try:
-        custom = self._manager.metadata(step).custom_metadata or {}
+        custom = self._step_metadata(step).custom_metadata or {}
       except Exception:  # damaged metadata: restoring says what is wrong
         custom = {}
       elapsed = custom.get("elapsed_sec")
@@ -117,6 +118,14 @@ class Checkpointer:
           step, bool(custom.get("for_average", True)),
           float(elapsed) if isinstance(elapsed, (int, float)) else None)
     return self._written[step]
+
+  def _step_metadata(self, step: int) -> Any:
+    """orbax's metadata of checkpoint `step`, read once while this step is not saved again:
+    the averaging policy and the checkpoint's identity both need it (~0.1 s a read on a
+    local disk, a download in a bucket). A read that fails is not kept."""
+    if step not in self._metadata:
+      self._metadata[step] = self._manager.metadata(step)
+    return self._metadata[step]
 
   def _item_dir(self, step: int, item: str) -> str:
     return storage.join(self.directory, str(step), item)
@@ -131,6 +140,7 @@ class Checkpointer:
     `elapsed_sec`: the run's training time, which `average.spacing=minutes` spaces by.
     """
     for_average = for_average and not on_signal
+    self._metadata.pop(step, None)  # a new checkpoint under this step: new metadata
     self.wait()  # the previous save is committed (and pruned after) before this one begins
     custom = {"for_average": for_average}
     if elapsed_sec is not None:
@@ -204,7 +214,7 @@ class Checkpointer:
     checkpoints under the same step numbers): the nanosecond orbax began writing it, from
     its metadata, which a copy of the workdir keeps. None when that cannot be read."""
     try:
-      stamp = self._manager.metadata(step).init_timestamp_nsecs
+      stamp = self._step_metadata(step).init_timestamp_nsecs
     except Exception:  # a damaged checkpoint's metadata: no identity to compare
       return None
     return None if stamp is None else str(stamp)

@@ -128,22 +128,27 @@ def test_deeper_encoder_than_decoder_has_the_closed_form_count():
   assert "decoder_2" in names and "decoder_3" not in names
 
 
-def test_param_count_is_the_initialised_models_and_traced_once_a_config(tmp_path,
-                                                                        monkeypatch):
-  """Every command checks its workdir's free disk (checkpoint_bytes, twice) and may size its
-  micro-batch from the parameter count: each asked for a trace of the whole model (~0.2 s on
-  a CPU; 300 checks took 53 s)."""
+def test_parameter_shapes_are_the_initialised_models_and_traced_once_a_config(tmp_path,
+                                                                              monkeypatch):
+  """Every command checks its workdir's free disk (checkpoint_bytes, twice), may size its
+  micro-batch from the parameter count, and reads checkpoints into the shapes: each asked
+  for a trace of the whole model (~0.2 s on a CPU; 300 workdir checks took 53 s). A caller
+  that changes the tree it gets changes no other caller's."""
   from t2t_jax import bookkeeping
   from helpers import tiny_cfg
   cfg = tiny_cfg()
   initialised = model.init_params(cfg.model, jax.random.PRNGKey(0))
-  traced, real = [], model.abstract_params
-  monkeypatch.setattr(model, "abstract_params", lambda c: traced.append(c) or real(c))
-  model.param_count.cache_clear()
+  traced, init = [], model._init
+  monkeypatch.setattr(model, "_init", lambda c, rng: traced.append(c) or init(c, rng))
+  model._traced_shapes.cache_clear()
   for _ in range(3):
     bookkeeping.check_workdir(cfg, str(tmp_path))
     assert model.param_count(cfg.model) == sum(x.size for x in jax.tree_util.tree_leaves(
         initialised))
+    shapes = model.abstract_params(cfg.model)
+    assert jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), shapes) == \
+        jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), initialised)
+    shapes.pop("encoder_0")  # the caller's own tree
   assert traced == [cfg.model]
 
 

@@ -1119,6 +1119,32 @@ def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
   assert "was rewritten since" in capsys.readouterr().err
 
 
+def test_a_checkpoints_metadata_is_read_once_until_its_step_is_saved_again(tmp_path):
+  """The averaging policy and a checkpoint's identity both read orbax's metadata of a step
+  (~0.1 s a read on a local disk, a download in a bucket): a command read each step's two or
+  three times. A step saved again (a new run in the workdir) is read anew."""
+  cfg = tiny_cfg()
+  state = train.init_state(cfg, optim.make_optimizer(cfg))
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  for step in (10, 20):
+    ckpt.save(step, state)
+  ckpt.close()
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  reads, read = [], ckpt._manager.metadata
+  ckpt._manager.metadata = lambda step: reads.append(step) or read(step)
+  for _ in range(2):
+    assert ckpt.averaging_steps() == [10, 20] and len(ckpt.written()) == 2
+    before = {s: ckpt.identity(s) for s in (10, 20)}
+  assert sorted(reads) == [10, 20] and None not in before.values()
+  shutil.move(tmp_path / "checkpoints" / "20", tmp_path / "corrupt_checkpoint_20")  # as
+  ckpt._manager.reload()  # a damaged newest checkpoint is set aside, then trained again
+  ckpt.save(20, state)
+  ckpt.wait()
+  assert ckpt.identity(20) != before[20] and ckpt.identity(10) == before[10]
+  assert sorted(reads) == [10, 20, 20]
+  ckpt.close()
+
+
 def test_a_first_run_that_failed_pins_nothing_and_changed_updates_are_recorded(tmp_path,
                                                                               capsys):
   """Issue 45 (10): experiment.json was written before any work, so a first run that failed
