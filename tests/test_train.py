@@ -1097,15 +1097,21 @@ def test_a_fresh_average_is_used_after_a_preemption_checkpoint(tmp_path, capsys)
   assert "newer" not in capsys.readouterr().err
 
 
-def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
-  """Issue 45 (2): checkpoints deleted and trained again under the same step numbers (a new
-  trajectory) left the old average in use: it compared step numbers only."""
+def _checkpoints_10_and_20(workdir):
+  """(config, state) of the tiny model, its initial state saved as checkpoints 10 and 20."""
   cfg = tiny_cfg()
   state = train.init_state(cfg, optim.make_optimizer(cfg))
-  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
+  ckpt = checkpoints.Checkpointer(str(workdir), keep=10)
   for step in (10, 20):
     ckpt.save(step, state)
   ckpt.close()
+  return cfg, state
+
+
+def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
+  """Issue 45 (2): checkpoints deleted and trained again under the same step numbers (a new
+  trajectory) left the old average in use: it compared step numbers only."""
+  cfg, state = _checkpoints_10_and_20(tmp_path)
   checkpoints.average(str(tmp_path), 2, state)
   assert checkpoints.load_params_for_inference(str(tmp_path), cfg)[1].startswith("average")
   shutil.rmtree(tmp_path / "checkpoints")
@@ -1123,12 +1129,7 @@ def test_a_checkpoints_metadata_is_read_once_until_its_step_is_saved_again(tmp_p
   """The averaging policy and a checkpoint's identity both read orbax's metadata of a step
   (~0.1 s a read on a local disk, a download in a bucket): a command read each step's two or
   three times. A step saved again (a new run in the workdir) is read anew."""
-  cfg = tiny_cfg()
-  state = train.init_state(cfg, optim.make_optimizer(cfg))
-  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
-  for step in (10, 20):
-    ckpt.save(step, state)
-  ckpt.close()
+  _, state = _checkpoints_10_and_20(tmp_path)
   ckpt = checkpoints.Checkpointer(str(tmp_path), keep=10)
   reads, read = [], ckpt._manager.metadata
   ckpt._manager.metadata = lambda step: reads.append(step) or read(step)
