@@ -62,10 +62,7 @@ class MetricsLog:
     else:
       text = ""
     self.lines = storage.AppendLog(self.path, text)
-    # tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
-    # TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
-    from tensorboardX import SummaryWriter
-    self.writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    self.writer = summary_writer_class()(os.path.join(workdir, "tensorboard"))
 
   def write(self, step: int, values: dict[str, Any]) -> None:
     """One metrics.jsonl line; numbers also as TensorBoard scalars, strings as text."""
@@ -331,6 +328,24 @@ def kept_checkpoint_bytes(cfg: ExperimentConfig) -> int:
   being written, plus the averaged ones' parameters (a third of a whole checkpoint each)."""
   one = checkpoint_bytes(cfg)
   return (cfg.train.keep_checkpoints + 1) * one + cfg.average.last * one // 3
+
+
+def summary_writer_class() -> type:
+  """tensorboardX's public SummaryWriter: scalars and text, no TensorFlow (clu's writer and
+  TensorBoard's own Writer import TensorFlow when it is installed: 3-4 s of every start).
+  Loaded without PyTorch too: where torch is installed (the [hf] extra) tensorboardX's writer
+  imports it, only to accept torch tensors, which no run logs (1.3 s of every start on 2
+  CPU cores). A process that has imported torch already keeps it."""
+  if "torch" in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules["torch"] = None  # `import torch` raises ImportError while tensorboardX loads
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    if sys.modules.get("torch", 0) is None:
+      del sys.modules["torch"]
+  return SummaryWriter
 
 
 def check_workdir(cfg: ExperimentConfig, workdir: str) -> None:

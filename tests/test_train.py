@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -1061,6 +1062,22 @@ def test_workdir_write_probes_of_hosts_with_equal_pids_do_not_collide(tmp_path, 
   for t in threads:
     t.join()
   assert not errors, errors[:2]
+
+
+@pytest.mark.extra("hf", "torch")
+def test_the_metrics_writer_loads_without_pytorch_where_pytorch_is_installed(tmp_path):
+  """tensorboardX's writer imports torch when it is installed (only to accept its tensors):
+  1.3 s of every run's start on 2 cores. In a fresh process (this one may hold torch), the
+  writer loads, writes TensorBoard's scalars, and leaves torch unimported and importable."""
+  code = ("import sys; from t2t_jax import bookkeeping\n"
+          "writer = bookkeeping.summary_writer_class()(sys.argv[1])\n"
+          "writer.add_scalar('loss', 2.5, 7); writer.close()\n"
+          "assert 'torch' not in sys.modules, 'torch imported'\n"
+          "import torch; print(torch.__name__)")
+  r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0 and r.stdout.strip() == "torch", r.stderr[-2000:]
+  assert _tensorboard_scalars(tmp_path, "loss") == {7: 2.5}
 
 
 def test_a_disk_that_fills_while_training_is_a_one_line_error_naming_the_good_checkpoint(
