@@ -149,3 +149,10 @@ def pytest_configure(config):
                           f"skipped unless {LONG_ENV}=1")
   config.addinivalue_line("markers", "extra(name, *modules): needs the named setup.py extra, "
                           "whose modules are listed; skipped, naming it, where they are missing")
+  # `-n 2` without `--dist`: xdist's `load` deals the tests out a few at a time, so both
+  # workers build most modules' trained-run fixtures and the last slow tests can leave one
+  # worker idle; `worksteal` gives each worker a contiguous half (a module's tests mostly
+  # on one worker) and lets a worker that runs out take the other's remaining tests.
+  given = " ".join(config.invocation_params.args) + os.environ.get("PYTEST_ADDOPTS", "")
+  if getattr(config.option, "dist", "no") == "load" and "--dist" not in given:
+    config.option.dist = "worksteal"
