@@ -52,8 +52,12 @@ class MetricsLog:
               f"objects; the file as it was is kept in {aside}", file=sys.stderr, flush=True)
       kept = [r for r in rows if r.get("step", 0) <= resume_step]
       dropped = [r for r in rows if r.get("step", 0) > resume_step]
-      if kept:
-        self.elapsed_before = float(kept[-1].get("elapsed_sec", 0.0))
+      # The clock goes on from the last row that has one: a row of dev figures alone (an
+      # eval step between log steps) has none, and reading it as 0 restarted the time
+      # budget, its cool-down and minute-spaced averaging.
+      timed = [r["elapsed_sec"] for r in kept if isinstance(r.get("elapsed_sec"), (int, float))]
+      if timed:
+        self.elapsed_before = float(timed[-1])
       if dropped:
         storage.append_lines(os.path.join(workdir, "metrics.superseded.jsonl"),
                              [json.dumps(r) + "\n" for r in dropped])

@@ -1040,6 +1040,19 @@ def test_a_torn_metrics_line_is_skipped_and_no_restart_erases_history(tmp_path, 
   assert [json.loads(l)["step"] for l in superseded] == [20]
 
 
+def test_a_resume_after_a_row_of_dev_figures_alone_keeps_the_training_clock(tmp_path):
+  """Evaluating every 7 steps and logging every 5, the row before a resume at step 7 holds
+  dev figures and no time: the clock goes on from the last row that has one (it restarted
+  at 0, and with it the time budget and its cool-down)."""
+  (tmp_path / "metrics.jsonl").write_text(
+      '{"step": 5, "loss": 3.0, "elapsed_sec": 41.5}\n'
+      '{"step": 7, "dev_loss": 2.9, "dev_ppl": 18.2}\n'
+      '{"step": 10, "loss": 2.5, "elapsed_sec": 60.0}\n')
+  log = bookkeeping.MetricsLog(str(tmp_path), resume_step=7, enabled=True)
+  log.close()
+  assert log.elapsed_before == 41.5
+
+
 @pytest.mark.long
 def test_workdir_write_probes_of_hosts_with_equal_pids_do_not_collide(tmp_path, monkeypatch):
   """Issue 45 (5): containers are often PID 1 on every host, and a probe named by the PID
