@@ -494,6 +494,7 @@ def load_params_for_inference(workdir: str, cfg: ExperimentConfig) -> tuple[Any,
   from t2t_jax import model
   like = model.abstract_params(cfg.model)
   avg = averaged_dir(workdir)
+  storage.settle_replacement(avg)  # an average being replaced when a kill came: the new one
   ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True) \
       if storage.isdir(storage.join(workdir, "checkpoints")) else None
   newest = ckpt.steps()[-1] if ckpt and ckpt.steps() else None

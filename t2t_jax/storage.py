@@ -373,6 +373,17 @@ def discard_tree(path: str, aside: str, name: str) -> None:
   shutil.rmtree(aside, ignore_errors=True)
 
 
+def settle_replacement(out: str) -> None:
+  """Finishes a local `replacing_folder` that a kill stopped between its two renames (OUT
+  moved to OUT.old, the new folder not yet moved in): the new folder (OUT.tmp, whole by then)
+  goes in place, or where a unique name hid it, the old one back."""
+  old = out + ".old"
+  if is_remote(out) or os.path.lexists(out) or not os.path.isdir(old):
+    return
+  os.replace(out + ".tmp" if os.path.isdir(out + ".tmp") else old, out)
+  shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def replacing_folder(out: str, build_locally: bool = False, last: Sequence[str] = (),
                      unique: bool = False) -> Iterator[str]:
@@ -391,6 +402,7 @@ def replacing_folder(out: str, build_locally: bool = False, last: Sequence[str] 
   if is_remote(out):
     tmp = os.path.join(tempfile.mkdtemp(), basename(out))
   else:
+    settle_replacement(out)
     tmp = temporary_name(out) if unique else out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
@@ -404,8 +416,14 @@ def replacing_folder(out: str, build_locally: bool = False, last: Sequence[str] 
       for rel in files:
         copy(os.path.join(tmp, rel), join(out, *rel.split(os.sep)))
     else:
-      shutil.rmtree(out, ignore_errors=True)
+      # Two renames, not a removal and a rename: a kill between them leaves OUT.old and the
+      # whole new folder, which `settle_replacement` puts in place, never no folder at all.
+      old = out + ".old"
+      shutil.rmtree(old, ignore_errors=True)
+      if os.path.lexists(out):
+        os.replace(out, old)
       os.replace(tmp, out)
+      shutil.rmtree(old, ignore_errors=True)
   finally:
     shutil.rmtree(tmp if not is_remote(out) else os.path.dirname(tmp), ignore_errors=True)
 

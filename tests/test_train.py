@@ -1155,6 +1155,34 @@ def test_an_average_of_checkpoints_since_replaced_is_not_used(tmp_path, capsys):
   assert "was rewritten since" in capsys.readouterr().err
 
 
+def test_a_kill_while_the_average_is_replaced_leaves_the_old_or_the_new_average(tmp_path,
+                                                                              monkeypatch):
+  """Averaging writes the new average beside the old and renames it into place. A kill just
+  before that rename (modelled as an exception that runs no clean-up) had removed the old one
+  already: no average was left, and decoding used the newest checkpoint without a word."""
+  from t2t_jax import storage
+  cfg, state = _checkpoints_10_and_20(tmp_path)
+  checkpoints.average(str(tmp_path), 1, state)
+  out = str(tmp_path / "averaged")
+
+  class Killed(BaseException):
+    pass
+  killed, replace, rmtree = [], os.replace, shutil.rmtree
+  def replace_or_die(src, dst):
+    if str(dst) == out and not killed:
+      killed.append(src)
+      raise Killed
+    replace(src, dst)
+  monkeypatch.setattr(storage.os, "replace", replace_or_die)
+  monkeypatch.setattr(storage.shutil, "rmtree", lambda p, **k: None if killed else rmtree(p, **k))
+  with pytest.raises(Killed):
+    checkpoints.average(str(tmp_path), 2, state)
+  monkeypatch.undo()
+  _, label = checkpoints.load_params_for_inference(str(tmp_path), cfg)
+  assert label == "average of checkpoints 10..20 (2)"  # the new one, whole
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["averaged", "checkpoints"]
+
+
 def test_a_checkpoints_metadata_is_read_once_until_its_step_is_saved_again(tmp_path):
   """The averaging policy and a checkpoint's identity both read orbax's metadata of a step
   (~0.1 s a read on a local disk, a download in a bucket): a command read each step's two or
