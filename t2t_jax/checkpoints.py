@@ -415,18 +415,24 @@ class _StructureMismatch(Exception):
   """A checkpoint that reads fine but holds another state structure than asked for."""
 
 
-def average(workdir: str, last: int, like_state: Any,
-            spacing: retention.Spacing = retention.Spacing()) -> tuple[str, list[int]]:
-  """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1:
-  "the last 5 checkpoints, which were written at 10-minute intervals").
+def average_params(workdir: str, last: int, like_params: Any,
+                   spacing: retention.Spacing = retention.Spacing()) -> tuple[Any, list[int]]:
+  """The element-wise mean of the last `last` checkpoints' parameters, and their steps, in
+  memory (a window chosen after training, e.g. on dev, without replacing the run's average).
 
   Only the checkpoints written for averaging count (`Checkpointer.averaging_steps`: on the
   schedule `average.spacing` names, and the last step); one written on a signal, at whatever
   moment the job was preempted, or by time between scheduled ones, is left out, and so is a
   scheduled one too close before the last step's (`retention.window`). Asking for more than
-  training kept (its `average.last`; the older ones were deleted) is an error. The steps used
-  go to averaged.json.
+  training kept (its `average.last`; the older ones were deleted) is an error.
   """
+  mean, steps, ckpt = _average(workdir, last, like_params, spacing)
+  ckpt.close()
+  return mean, steps
+
+
+def _average(workdir: str, last: int, like_params: Any, spacing: retention.Spacing
+             ) -> tuple[Any, list[int], "Checkpointer"]:
   if not storage.isdir(storage.join(workdir, "checkpoints")):
     raise FileNotFoundError(f"no checkpoints in {storage.join(workdir, 'checkpoints')}")
   ckpt = Checkpointer(workdir, keep=10**6, create=False, alone=True, spacing=spacing)
@@ -443,7 +449,7 @@ def average(workdir: str, last: int, like_state: Any,
   total = None
   for step in steps:
     try:
-      params = ckpt.params(step, like_state.params)
+      params = ckpt.params(step, like_params)
     except Exception as e:  # a damaged or foreign checkpoint: name it, average nothing
       ckpt.close()
       raise UserError(f"cannot average: checkpoint {storage.join(ckpt.directory, str(step))} "
@@ -452,6 +458,15 @@ def average(workdir: str, last: int, like_state: Any,
     params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
     total = params if total is None else jax.tree_util.tree_map(np.add, total, params)
   mean = jax.tree_util.tree_map(lambda x: (x / len(steps)).astype(np.float32), total)
+  return mean, steps, ckpt
+
+
+def average(workdir: str, last: int, like_state: Any,
+            spacing: retention.Spacing = retention.Spacing()) -> tuple[str, list[int]]:
+  """Writes the element-wise mean of the last `last` checkpoints' parameters (section 6.1:
+  "the last 5 checkpoints, which were written at 10-minute intervals") to WORKDIR/averaged,
+  the steps used to averaged.json (`average_params` says which checkpoints count)."""
+  mean, steps, ckpt = _average(workdir, last, like_state.params, spacing)
   out = averaged_dir(workdir)
   # Written beside the old average and renamed into place; in a bucket (no rename) in place,
   # averaged.json last: an average without it is damaged (inference says so and asks for

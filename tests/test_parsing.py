@@ -636,11 +636,11 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
   # only the one the run recorded: the last of the two checkpoints alone here.
   code = ("import json, sys; from t2t_jax.tools import parse_table4; print(json.dumps("
           "parse_table4.decode_split(sys.argv[1], 'dev', 3, 0.3, 300, True, {})[0]))")
-  for last, says in ((0, "20..40"), (1, "40")):
+  for last, says in ((0, "20..40 (2)"), (1, "40..40 (1)")):
     found = json.loads(subprocess.run([sys.executable, "-c", code.format(last), str(work)],
                                       capture_output=True, text=True, check=True
                                       ).stdout.strip().splitlines()[-1])
-    assert found["checkpoint"].split(" (")[0].endswith(says), found["checkpoint"]
+    assert found["checkpoint"] == f"average of checkpoints {says}", found["checkpoint"]
   out = subprocess.run(main_command(work, mode="translate", experiment="parse_wsj_sample",
                                     sets=sets), input="the dog likes a bird .\n",
                        capture_output=True, text=True)

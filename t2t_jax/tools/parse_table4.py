@@ -62,15 +62,21 @@ def decode_split(workdir: str, split: str, beam: int, alpha: float, extra: int,
                  ) -> tuple[dict[str, Any], list[str], list[str]]:
   """The run's averaged parser on `split` with these settings (its last `average_last`
   checkpoints averaged; 0: as the run recorded): its figures, its trees and the gold trees."""
-  from t2t_jax import input_pipeline, tasks, translator, workdirs
+  from t2t_jax import checkpoints, input_pipeline, model, retention, tasks, translator, workdirs
   from t2t_jax.config import override
   cfg = workdirs.recorded_config(workdir)
   cfg = override(cfg, {"decode.beam_size": beam, "decode.alpha": alpha,
                        "decode.max_extra_length": extra, "decode.constrained": constrained,
-                       "decode.mbr": False,
-                       **({"average.last": average_last} if average_last else {})})
+                       "decode.mbr": False})
   ds = input_pipeline.load(cfg, num_devices=1)
-  decoder, label = translator.load_decoder(cfg, [workdir], ds.vocab)
+  if average_last:  # averaged here: the run's own average is of its `average.last`
+    params, steps = checkpoints.average_params(workdir, average_last,
+                                               model.abstract_params(cfg.model),
+                                               retention.Spacing.of(cfg))
+    decoder = translator.beam_decoder(cfg, params, ds.vocab)
+    label = f"average of checkpoints {steps[0]}..{steps[-1]} ({len(steps)})"
+  else:
+    decoder, label = translator.load_decoder(cfg, [workdir], ds.vocab)
   sources, refs = ds.raw(split)
   start = time.time()
   hyps = decoder.translate(sources)
