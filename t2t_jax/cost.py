@@ -16,19 +16,22 @@ from __future__ import annotations
 from typing import Any
 
 # Sustained single-precision TFLOPS: the paper's (Table 2's footnote), and for newer devices
-# their vendors' FP32 (non-tensor-core) peak as the same kind of figure.
+# their vendors' FP32 (non-tensor-core) peak as the same kind of figure. A name inside another
+# (L4 in L40S, H100 in H100 PCIe) is another device: the longest name a kind holds is its.
 SUSTAINED_TFLOPS = {"K80": 2.8, "K40": 3.7, "M40": 6.0, "P100": 9.5,
-                    "V100": 15.7, "T4": 8.1, "A100": 19.5, "L4": 30.3, "H100": 67.0,
-                    "H200": 67.0}
+                    "V100": 15.7, "T4": 8.1, "A100": 19.5, "L4": 30.3, "L40": 90.5,
+                    "L40S": 91.6, "H100": 67.0, "H100 PCIe": 51.0, "H100 NVL": 60.0,
+                    "H200": 67.0, "H200 NVL": 60.0}
 
 
 def sustained_tflops(device_kind: str) -> float | None:
-  """The table's figure for a device kind as JAX names it ("NVIDIA H100 80GB HBM3" ->
-  67.0); None for kinds it has none for (CPUs, TPUs)."""
-  for name, tflops in SUSTAINED_TFLOPS.items():
-    if name.lower() in device_kind.lower():
-      return tflops
-  return None
+  """The table's figure for a device kind as JAX names it ("NVIDIA H100 80GB HBM3" -> 67.0,
+  "NVIDIA H100 PCIe" -> 51.0); None for kinds it has none for (CPUs, TPUs)."""
+  words = device_kind.lower().replace("-", " ").split()
+  held = [name for name in SUSTAINED_TFLOPS
+          if any(words[i:i + len(name.split())] == name.lower().split()
+                 for i in range(len(words)))]
+  return SUSTAINED_TFLOPS[max(held, key=len)] if held else None
 
 
 def table2_flops(hours: float, devices: int, tflops: float) -> float:

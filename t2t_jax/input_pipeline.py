@@ -887,6 +887,13 @@ class Dataset:
     return (self.train.src_len[ids].astype(np.int64) + 1,
             self.train.tgt_len[ids].astype(np.int64) + 1)
 
+  def source_per_target_token(self) -> float:
+    """Source tokens per target token of the training pairs (EOS included): what an update's
+    target-token budget brings of source tokens, the encoder's share of its cost (a parser's
+    sentence is under half its linearised tree; a translation pair's sides are near equal)."""
+    src, tgt = self._train_lengths()
+    return float(src.sum()) / max(float(tgt.sum()), 1.0)
+
   def pair_lengths(self) -> tuple[np.ndarray, ...]:
     """(source, target, source row, target row) lengths of every training pair, EOS
     included: the rows of its length bucket, or packed, of the shortest row class it fits."""

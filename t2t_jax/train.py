@@ -942,7 +942,10 @@ def record_cost(run: Run, step: int) -> None:
   kept in WORKDIR/cost.json for the sweep's report."""
   from t2t_jax import cost, storage
   t = run.cfg.train
-  found = cost.summary(run.cfg.model, step, t.tokens_per_step, t.tokens_per_step,
+  # `train.tokens_per_step` counts target tokens; the encoder sees the source tokens that come
+  # with them (section 5.1: about as many for translation, far fewer for a parser).
+  source_tokens = round(t.tokens_per_step * run.ds.source_per_target_token())
+  found = cost.summary(run.cfg.model, step, source_tokens, t.tokens_per_step,
                        run.clock.elapsed(), jax.device_count(), jax.devices()[0].device_kind)
   print(cost.describe(found), flush=True)
   if jax.process_index() == 0:

@@ -16,6 +16,34 @@ def test_table2s_estimates_come_back_from_the_papers_own_inputs():
                                                                                 9.5]
 
 
+def test_each_device_kind_reads_its_own_figure_not_one_whose_name_it_contains():
+  # Vendors' FP32 (non-tensor-core) peaks: L4 30.3, L40 90.5, L40S 91.6; H100 SXM 67, PCIe 51,
+  # NVL 60. "L4" is inside "L40S" and "H100" inside "H100 PCIe": each read the other's.
+  kinds = {"NVIDIA L4": 30.3, "NVIDIA L40": 90.5, "NVIDIA L40S": 91.6,
+           "NVIDIA H100 80GB HBM3": 67.0, "NVIDIA H100 PCIe": 51.0, "NVIDIA H100 NVL": 60.0,
+           "NVIDIA A100-SXM4-80GB": 19.5, "Tesla V100-SXM2-16GB": 15.7}
+  assert {k: cost.sustained_tflops(k) for k in kinds} == kinds
+  assert cost.sustained_tflops("NVIDIA GeForce RTX 4090") is None
+
+
+def test_the_encoder_is_charged_the_source_tokens_that_come_with_the_target_budget(tmp_path):
+  """`train.tokens_per_step` counts target tokens. A parser's sentences are under half its
+  trees' length: charging the encoder the target budget counted its products 2x or more."""
+  import json
+  from types import SimpleNamespace
+  from t2t_jax import train
+  from helpers import tiny_cfg
+  cfg = tiny_cfg(**{"train.tokens_per_step": 1000})
+  run = SimpleNamespace(cfg=cfg, ds=SimpleNamespace(source_per_target_token=lambda: 0.4),
+                        clock=SimpleNamespace(elapsed=lambda: 60.0),
+                        saver=SimpleNamespace(ckpt=SimpleNamespace(
+                            directory=str(tmp_path / "checkpoints"))))
+  train.record_cost(run, 7)
+  found = json.loads((tmp_path / train.COST_FILE).read_text())
+  assert found["analytic_flops"] == pytest.approx(cost.analytic_flops(cfg.model, 7, 400, 1000))
+  assert found["analytic_flops"] < cost.analytic_flops(cfg.model, 7, 1000, 1000)
+
+
 def test_a_device_without_a_figure_gets_no_table2_estimate():
   assert cost.sustained_tflops("cpu") is None
   assert cost.sustained_tflops("NVIDIA H100 80GB HBM3") == 67.0
