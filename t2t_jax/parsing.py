@@ -191,6 +191,19 @@ def is_well_formed(symbols: Sequence[str], num_words: int) -> bool:
   return not stack and roots == 1 and words == num_words
 
 
+def copies_words(symbols: Sequence[str], words: Sequence[str]) -> bool:
+  """Whether the words among a decoded sequence's symbols (neither bracket nor label) are
+  the sentence's, in order; `XX` (a word the vocabulary cannot spell) matches any word."""
+  written = [s for s in symbols if not is_bracket(s) and not is_label(s)]
+  return len(written) == len(words) and all(w in (WORD, word) for w, word in zip(written, words))
+
+
+def as_word_slots(symbols: Sequence[str]) -> list[str]:
+  """A decoded sequence with every word (neither bracket nor label) as `XX`: the tree takes
+  the sentence's own words."""
+  return [s if is_bracket(s) or is_label(s) else WORD for s in symbols]
+
+
 def repair(symbols: Sequence[str], num_words: int, root: str = "S") -> list[str]:
   """A fixed rule that makes any symbol sequence a well-formed tree over `num_words` words:
   other symbols are dropped; a ')' that matches an open bracket closes every bracket down
@@ -361,7 +374,7 @@ def label_kind(symbol: str) -> tuple[str, int, str, str]:
 def labels_well_formed(symbols: Sequence[str], num_words: int, words: bool = False) -> bool:
   """A label per word: `num_words - 1` pair labels whose depth never falls below the root,
   then one last-word label, nothing else; with `words`, each pair's label right after its
-  second word (any other symbol is a word: `XX` in a decoded sequence)."""
+  second word (any other symbol is a word; `copies_words` checks which)."""
   want = ["pair"] * (num_words - 1) + ["last"]
   if words:
     want = ["other"] + [k for pair in zip(["other"] * (num_words - 1), want) for k in pair] + \
@@ -1107,16 +1120,23 @@ class TreeVocabulary:
 
   def decode(self, ids: Iterable[int]) -> str:
     """The symbols of the ids up to the first EOS, separated by spaces; a word's pieces as
-    one `XX`."""
+    the word they spell (scoring checks that they copy the sentence's: an unconstrained
+    search may write others), or `XX` where one is the unknown piece (no word to check)."""
     symbols: list[str] = []
     unknown_is_word = self.model_type == "word"
+    in_word = False
     for t in self._base.content_ids(ids):
       piece = self._base.id_to_piece(t)
       if not self.words or _is_symbol(piece) or piece == WORD:
         symbols.append(piece)
-      elif (piece.startswith("\u2581") or (unknown_is_word and t == UNK_ID) or not symbols
-            or symbols[-1] != WORD):
-        symbols.append(WORD)
+        in_word = False
+        continue
+      text = WORD if t == UNK_ID else piece.replace("\u2581", "")
+      if piece.startswith("\u2581") or (unknown_is_word and t == UNK_ID) or not in_word:
+        symbols.append(text)
+        in_word = True
+      elif symbols[-1] != WORD:
+        symbols[-1] = WORD if text == WORD else symbols[-1] + text
     return " ".join(symbols)
 
   def pieces(self) -> list[str]:

@@ -114,15 +114,20 @@ class ParsingTask(Task):
         trees.append("")
         continue
       symbols = out.split()
+      # Targets that hold the words must copy the sentence's: an output with other words is
+      # no parse of it (its tree would be scored over the gold words), so it is repaired.
+      copied = not self.words or parsing.copies_words(symbols, words)
+      if self.words:
+        symbols = parsing.as_word_slots(symbols)
       if self.labels:
-        ok = parsing.labels_well_formed(symbols, len(words), self.words)
+        ok = copied and parsing.labels_well_formed(symbols, len(words), self.words)
         symbols = [s for s in symbols if parsing.is_label(s)]
         to_tree = parsing.from_labels
         if not ok:
           symbols, repaired = parsing.repair_labels(symbols, len(words)), repaired + 1
       else:
         to_tree = parsing.to_tree
-        if not parsing.is_well_formed(symbols, len(words)):
+        if not (copied and parsing.is_well_formed(symbols, len(words))):
           symbols, repaired = parsing.repair(symbols, len(words)), repaired + 1
       tags = None
       if gold is not None:

@@ -697,3 +697,45 @@ def test_a_tags_target_parses_the_gold_tags_and_scores_over_the_sentences_words(
   result = task.score([sentence], [output], [gold], "")
   assert result["f1"] == 100.0 and result["evalb"]["errors"] == []
   assert result["_trees"] == ["(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"]
+
+
+class _Pieces:
+  """A SentencePiece-like base vocabulary over LABEL_PIECES (unigram: words begin with '▁')."""
+  path, model_type, size = "pieces", "unigram", len(LABEL_PIECES)
+  content_ids = staticmethod(lambda ids: [int(i) for i in ids])
+  id_to_piece = staticmethod(lambda i: LABEL_PIECES[int(i)])
+
+
+def test_a_decoded_word_is_the_word_its_pieces_spell_and_an_unknown_piece_is_xx():
+  vocab = parsing.TreeVocabulary(_Pieces(), words=True)
+  the, cat, s, sat, unk = 11, 12, 13, 14, 3
+  assert vocab.decode([the, cat, s, LABEL_PIECES.index("@+2:NP"), sat, 9]) == \
+      "the cats @+2:NP sat @end"
+  assert vocab.decode([the, cat, unk, sat]) == "the XX sat"  # '▁cat' '<unk>': not to check
+  assert parsing.TreeVocabulary(_Pieces()).decode([4, 9]) == "@+1:S @end"
+
+
+@pytest.mark.parametrize("target, output, well_formed", [
+    ("word_labels", "the cats @+2:NP sat @-1:S @end/VP", True),
+    ("word_labels", "the the @+2:NP the @-1:S @end/VP", False),  # labels right, words not
+    ("word_labels", "the XX @+2:NP sat @-1:S @end/VP", True),     # a word it cannot spell
+    ("words", "(S (NP the cats )NP (VP sat )VP )S", True),
+    ("words", "(S (NP the the )NP (VP the )VP )S", False),
+])
+def test_an_output_that_writes_other_words_is_no_parse_of_the_sentence(target, output,
+                                                                       well_formed):
+  """Targets that hold the words are scored over the sentence's words: an unconstrained
+  search that wrote `the` for every word was counted well-formed (words were XX before any
+  check) and its labels scored over the gold words, up to 100."""
+  task = tasks.for_config(dataclasses.replace(
+      _parser_cfg(), data=dataclasses.replace(_parser_cfg().data, tree_target=target)))
+  gold = "(TOP (S (NP (DT the) (NNS cats)) (VP (VBD sat))))"
+  found = task.score(["the cats sat"], [output], [gold], "")
+  assert found["well_formed"] == int(well_formed) and found["repaired"] == int(not well_formed)
+  if well_formed:
+    assert found["f1"] == 100.0
+
+
+def _parser_cfg():
+  from t2t_jax import registry
+  return registry.get("parse_wsj_sample")
