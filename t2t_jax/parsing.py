@@ -1077,7 +1077,7 @@ def _is_symbol(piece: str) -> bool:
 class TreeVocabulary:
   """A SentencePiece vocabulary whose targets are tree symbols: a target line is encoded
   symbol by symbol (each a whole piece; `words`: its words as the sentence's pieces) and
-  decoded as symbols separated by spaces, each word one `XX`; the sentence side is
+  decoded as symbols separated by spaces, each word as its pieces spell it; the sentence side is
   SentencePiece's as in translation."""
 
   def __init__(self, base: Any, words: bool = False):
