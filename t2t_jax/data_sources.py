@@ -66,7 +66,7 @@ def spec_languages(spec: str) -> tuple[str, str] | None:
   return None
 
 
-# A treebank's sentences and trees (parsing.py): English words in, linearized trees out.
+# A treebank's sentences and trees (t2t_jax/parsing/): English words in, linearized trees out.
 TREEBANK_SRC, TREEBANK_TGT = "en", "tree"
 
 
