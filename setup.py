@@ -29,7 +29,9 @@ setup(
     # Other packages add named experiments under the entry point group "t2t_jax.experiments"
     # (t2t_jax/registry.py); this one's are in t2t_jax/configs/.
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3"],  # the suite runs on 2 workers (-n 2)
+        # The suite runs on 2 workers (-n 2); NLTK's Treebank tokenizer and tree reader are
+        # the independent references for a parser's tokens and trees.
+        "test": ["pytest>=8", "pytest-xdist>=3", "nltk>=3.8"],
         # JAX's own accelerator extras: the CUDA 12 or 13 wheels (NVIDIA driver >= 525 / 580),
         # or libtpu on a Cloud TPU VM.
         "cuda12": ["jax[cuda12]>=0.10.2"],

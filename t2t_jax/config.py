@@ -225,6 +225,10 @@ class DecodeConfig:
   # word count (parsing.TreeConstraint); false decodes freely and repairs what is not a tree
   # by a fixed rule (parsing.repair). Translation has no constraint either way.
   constrained: bool = True
+  # What a parser's translate/parse input lines are: raw text, tokenised as the Penn Treebank
+  # is (parsing.tokenize: `can't` -> `ca n't`, `(` -> -LRB-), or with `pretokenized`, tokens
+  # separated by spaces (each escaped). Translation reads raw text either way.
+  pretokenized: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -183,7 +183,7 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
     print(f"translating {name} with {tr.label}" +
           (" (one line at a time: end with Ctrl-D)" if typing else ""), file=sys.stderr,
           flush=True)
-    progress, index = _Progress("translated"), 0
+    progress, index, done = _Progress("translated"), 0, 0
     for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
       if nbest:
         for hyps in tr.translate_nbest(chunk):
@@ -191,9 +191,10 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
             out.write(f"{index}\t{score:.6f}\t{text}\n")
           index += 1
       else:
-        out.write("".join(h + "\n" for h in tr.translate(chunk)))
+        out.write("".join(h + "\n" for h in tr.translate(chunk, first_line=done + 1)))
       out.flush()
       progress.add(len(chunk))
+      done += len(chunk)
 
 
 # `--nbest=K`: K lines per input line, best first: its 0-based index, the score the search

@@ -35,8 +35,8 @@ flags.DEFINE_string("experiment", None, "A named experiment (listed above), e.g.
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
 flags.DEFINE_string("mode", "train", f"One of: {', '.join(MODES)}.")
 flags.DEFINE_string("dataset", None, "Data source spec overriding the experiment's "
-                    "(tfds:NAME[:SRC-TGT], hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT] "
-                    "or demo).")
+                    "(tfds:NAME[:SRC-TGT], hf:NAME[/CONFIG]:SRC-TGT, folder:PATH[:SRC-TGT], "
+                    "ptb:PATH (a treebank, parsed) or demo).")
 flags.DEFINE_multi_string("set", [], "Override a config field: --set model.d_model=256 "
                           "(repeatable).")
 flags.DEFINE_string("input", None, "translate, score: read lines from this file (default "

@@ -38,6 +38,11 @@ class Task:
     del vocab
     return None
 
+  def prepare_input(self, line: str, pretokenized: bool = False) -> str:
+    """A user's input line as the model reads it (translation: as it is)."""
+    del pretokenized
+    return line
+
   def search_constraint(self, cfg: Any, vocab: Any) -> Any:
     """The constraint a decoder of `cfg` searches under: the task's, unless
     `decode.constrained` is off."""
@@ -85,6 +90,11 @@ class ParsingTask(Task):
   words: bool = False  # `data.tree_target` "words": targets hold the words, copied in search
   labels: bool = False  # `data.tree_target` "labels": a label per word (parsing.to_labels);
   # "word_labels": with `words` too, the words between the labels
+
+  def prepare_input(self, line: str, pretokenized: bool = False) -> str:
+    """Raw text tokenised as the treebank is (or its tokens as given), brackets escaped:
+    the words the output tree is over."""
+    return parsing.prepare_sentence(line, pretokenized)
 
   def vocabulary_symbols(self, train_targets: Iterable[str]) -> list[str]:
     if self.labels:

@@ -133,13 +133,42 @@ class Translator:
     decoder, label = load_decoder(cfg, dirs, input_pipeline.load_vocab(cfg, dirs))
     return cls(decoder, cfg, label)
 
-  def translate(self, sentences: Sequence[str] | str) -> list[str] | str:
+  def translate(self, sentences: Sequence[str] | str, first_line: int = 1
+                ) -> list[str] | str:
     """One translation per sentence, in order; empty sentences give empty translations. A
-    parser's are trees over each sentence's words (`tasks.ParsingTask.output`)."""
+    parser's are trees over each sentence's Penn Treebank tokens (raw text is tokenised
+    unless `decode.pretokenized`); a sentence longer than the model reads is not parsed (an
+    empty line, and a warning naming its line: `first_line` is the first sentence's)."""
     if isinstance(sentences, str):
-      return self.translate([sentences])[0]
-    hyps = self._decoder.translate(list(sentences))
-    return [self.task.output(s, h) if s.strip() else h for s, h in zip(sentences, hyps)]
+      return self.translate([sentences], first_line)[0]
+    inputs = self._inputs(sentences)
+    kept = self._fitting(inputs, first_line)
+    out = [""] * len(inputs)
+    for j, hyp in zip(kept, self._decoder.translate([inputs[j] for j in kept])):
+      out[j] = self.task.output(inputs[j], hyp) if inputs[j].strip() else hyp
+    return out
+
+  def _inputs(self, sentences: Sequence[str]) -> list[str]:
+    pretokenized = self.cfg.decode.pretokenized
+    return [self.task.prepare_input(s, pretokenized) if s.strip() else s for s in sentences]
+
+  def _fitting(self, inputs: Sequence[str], first_line: int) -> list[int]:
+    """The inputs a parser parses whole: cut at the model's input limit, the rest of a
+    sentence's words would be attached by the repair rule, which is no parse of them.
+    (Translation keeps its cut, with the decoder's warning.)"""
+    if self.task.name != "parsing":
+      return list(range(len(inputs)))
+    import sys
+    limit, kept = self._decoder.max_input_length, []
+    for j, text in enumerate(inputs):
+      pieces = len(self._decoder.vocab.encode(text)) + 1 if text.strip() else 0
+      if pieces <= limit:
+        kept.append(j)
+        continue
+      print(f"warning: line {first_line + j}: not parsed (an empty line): its "
+            f"{len(text.split())} words are {pieces} input tokens with EOS, more than the "
+            f"{limit} this model reads", file=sys.stderr, flush=True)
+    return kept
 
   def translate_nbest(self, sentences: Sequence[str] | str) -> list[list[tuple[str, float]]]:
     """Per sentence, the beam's distinct translations with the scores the search ranked them
@@ -148,7 +177,8 @@ class Translator:
     string is one sentence."""
     if isinstance(sentences, str):
       sentences = [sentences]
-    nonempty = [j for j, s in enumerate(sentences) if s.strip()]
+    sentences = self._inputs(sentences)
+    nonempty = [j for j in self._fitting(sentences, 1) if sentences[j].strip()]
     out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
     nbest = self._decoder.nbest_ids(self._decoder.encode([sentences[j] for j in nonempty]))
     for j, hyps in zip(nonempty, nbest):

@@ -641,12 +641,28 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
                                       capture_output=True, text=True, check=True
                                       ).stdout.strip().splitlines()[-1])
     assert found["checkpoint"] == f"average of checkpoints {says}", found["checkpoint"]
+  # Raw text in, one tree per line out, over the sentence's treebank tokens, which NLTK's
+  # reader and ours read; an empty line stays empty; a line longer than the model reads (32
+  # tokens here) is refused on its line, not cut and completed by the repair rule.
+  import nltk
+  lines = ["the dog likes a bird .", "I can't believe it's not butter.",
+           'She said "hi" (twice) -- [sic].', "Caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u2014 \u00fcber.",
+           "", " ".join(["word"] * 300), "f(x) = (a+b)"]
   out = subprocess.run(main_command(work, mode="translate", experiment="parse_wsj_sample",
-                                    sets=sets), input="the dog likes a bird .\n",
+                                    sets=sets), input="".join(l + "\n" for l in lines),
                        capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-2000:]
-  line = out.stdout.strip()
-  assert line.startswith("(TOP ") and tree(line).words() == "the dog likes a bird .".split()
+  written = out.stdout.split("\n")[:-1]
+  assert len(written) == len(lines), out.stdout
+  for text, line in zip(lines, written):
+    words = parsing.ptb_tokens(text)
+    if not words or len(words) >= 32:
+      assert line == "", (text, line)
+      continue
+    assert line.startswith("(TOP ") and tree(line).words() == words, (text, line)
+    assert nltk.Tree.fromstring(line).leaves() == words
+  assert "line 6: not parsed (an empty line): its 300 words" in out.stderr
+  assert written[0] and tree(written[0]).words() == "the dog likes a bird .".split()
   refused = subprocess.run(main_command(work, mode="export", experiment="parse_wsj_sample",
                                         sets=sets) + [f"--output={tmp_path / 'hf'}"],
                            capture_output=True, text=True)
@@ -739,3 +755,35 @@ def test_an_output_that_writes_other_words_is_no_parse_of_the_sentence(target, o
 def _parser_cfg():
   from t2t_jax import registry
   return registry.get("parse_wsj_sample")
+
+
+# --- raw text in: Penn Treebank tokens ------------------------------------------------------
+
+TOKENIZED = [  # NLTK's Treebank tokenizer gives the same tokens (below)
+    ("I can't believe it's not butter.", "I ca n't believe it 's not butter ."),
+    ('He said, "hello (world)" -- ok?', "He said , `` hello -LRB- world -RRB- '' -- ok ?"),
+    ("Caf\u00e9 costs $3,000.50 [approx].", "Caf\u00e9 costs $ 3,000.50 -LSB- approx -RSB- ."),
+    ("They're gonna win; we'll see...", "They 're gon na win ; we 'll see ..."),
+    ("Cannot stop at 10:30, right?", "Can not stop at 10:30 , right ?"),
+    ("Mr. Smith's car isn't red", "Mr. Smith 's car is n't red"),
+    ("(which) is {it}", "-LRB- which -RRB- is -LCB- it -RCB-"),
+]
+
+
+@pytest.mark.parametrize("text, tokens", TOKENIZED)
+def test_raw_text_is_tokenised_as_the_treebank_is(text, tokens):
+  from nltk.tokenize import TreebankWordTokenizer
+  assert " ".join(parsing.ptb_tokens(text)) == tokens
+  assert " ".join(TreebankWordTokenizer().tokenize(text, convert_parentheses=True)) == tokens
+
+
+def test_a_sentence_ending_in_an_abbreviation_keeps_its_point_as_the_wsj_trees_do():
+  # wsj_0001-0199 end sentences with `(NNP U.S.) (. .)`; NLTK's tokenizer writes `U.S .`.
+  assert parsing.ptb_tokens("It sells in the U.S.") == ["It", "sells", "in", "the", "U.S.", "."]
+  assert parsing.ptb_tokens("\u201cCurly,\u201d she said.") == \
+      ["``", "Curly", ",", "''", "she", "said", "."]
+
+
+def test_pretokenized_input_keeps_its_tokens_with_brackets_escaped():
+  assert parsing.prepare_sentence("f(x) ( can't", pretokenized=True) == "f-LRB-x-RRB- -LRB- can't"
+  assert parsing.prepare_sentence("f(x) ( can't") == "f -LRB- x -RRB- -LRB- ca n't"

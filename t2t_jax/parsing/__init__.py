@@ -7,7 +7,8 @@ module, in the order a tree travels:
 - `labels`: a tree as one label per word (Gómez-Rodríguez & Vilares 2018), and back;
 - `constraints`: the decoder's grammar, only prefixes of trees over the input's words;
 - `vocabulary`: words through SentencePiece, tree symbols whole;
-- `scoring`: bracket scoring as EVALB computes it with COLLINS.prm.
+- `scoring`: bracket scoring as EVALB computes it with COLLINS.prm;
+- `tokenize`: raw text into Penn Treebank tokens, as a parser reads a user's sentence.
 
 The rest of the code knows parsing only as a `tasks.Task` and by the names below; the package
 imports nothing from t2t_jax but `errors` and `special_tokens`.
@@ -29,3 +30,4 @@ from t2t_jax.parsing.scoring import (  # noqa: F401
 from t2t_jax.parsing.constraints import (  # noqa: F401
     TreeConstraint, constraint_for, LabelConstraint, label_constraint_for)
 from t2t_jax.parsing.vocabulary import tree_symbols, TreeVocabulary  # noqa: F401
+from t2t_jax.parsing.tokenize import ptb_tokens, prepare as prepare_sentence  # noqa: F401
