@@ -19,8 +19,8 @@ FLOORS = {
     "model": 3, "ensemble": 3, "tasks": 3, "workdirs": 3,
     "checkpoints": 4, "attention_plot": 4, "loss": 4, "input_pipeline": 4, "decode": 4,
     # training and decoding
-    "bookkeeping": 5, "translator": 5, "export": 5,
-    "train": 6, "inference": 6, "__init__": 6,
+    "bookkeeping": 5, "translator": 5, "export": 5, "parser": 6,
+    "train": 6, "inference": 6, "__init__": 7,
     # the command line, then the tools above it all
     "main": 7,
     "tools": 8,

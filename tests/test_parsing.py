@@ -663,6 +663,17 @@ def test_a_parser_trains_evaluates_with_evalb_and_translates_to_trees(tmp_path):
     assert nltk.Tree.fromstring(line).leaves() == words
   assert "line 6: not parsed (an empty line): its 300 words" in out.stderr
   assert written[0] and tree(written[0]).words() == "the dog likes a bird .".split()
+  # USAGE's Python example, on this run: a tree, its words, tags and spans, batched.
+  from helpers import REPO
+  example = (REPO / "USAGE.md").read_text().split("## Parsing")[1].split("```python\n")[1]
+  example = example.split("```")[0].replace("runs/parse_wsj", str(work))
+  run = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr[-2000:]
+  line, words, tags, spans, count = run.stdout.strip().splitlines()[-5:]
+  words = eval(words)
+  assert words == parsing.ptb_tokens("I can't believe it's not butter.")
+  assert nltk.Tree.fromstring(line).leaves() == words and len(eval(tags)) == len(words)
+  assert eval(spans)[0][1:] == (0, len(words)) and count == "2"
   refused = subprocess.run(main_command(work, mode="export", experiment="parse_wsj_sample",
                                         sets=sets) + [f"--output={tmp_path / 'hf'}"],
                            capture_output=True, text=True)
