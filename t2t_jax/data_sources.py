@@ -139,15 +139,31 @@ def treebank_pairs(source: Source, split: str, words: bool | str = False
   from t2t_jax import parsing
   main, *extra = source.name.split("+")
   try:
-    files = parsing.split_files(main, split)
+    groups = [(f"split {split} of {main}", parsing.split_files(main, split))]
   except parsing.TreeError as e:
     raise DataError(str(e)) from None
   if split == "train":
-    files += [f for path in extra for f in parsing.extra_tree_files(path)]
-  try:
-    yield from parsing.iter_examples(files, words)
-  except parsing.TreeError as e:
-    raise DataError(str(e)) from None
+    groups += [(f"extra trees {path}", parsing.extra_tree_files(path)) for path in extra]
+  # What was read, said: a group that gives no tree would make this run another run (WSJ
+  # alone under a semi-supervised name) without a word.
+  for name, files in groups:
+    trees = 0
+    for path in files:
+      found = 0
+      try:
+        for example in parsing.iter_examples([path], words):
+          found += 1
+          yield example
+      except parsing.TreeError as e:
+        raise DataError(str(e)) from None
+      if not found:
+        print(f"warning: {path}: no tree (an empty file, or trees of empty elements alone)",
+              file=sys.stderr, flush=True)
+      trees += found
+    if not trees:
+      raise DataError(f"ptb:{source.name}: {name}: no tree in {len(files)} file(s)")
+    print(f"treebank: {name}: {len(files):,} file(s), {trees:,} trees", file=sys.stderr,
+          flush=True)
 
 
 def treebank_fingerprint(source: Source, splits: list[str]) -> str:

@@ -798,3 +798,27 @@ def test_a_sentence_ending_in_an_abbreviation_keeps_its_point_as_the_wsj_trees_d
 def test_pretokenized_input_keeps_its_tokens_with_brackets_escaped():
   assert parsing.prepare_sentence("f(x) ( can't", pretokenized=True) == "f-LRB-x-RRB- -LRB- can't"
   assert parsing.prepare_sentence("f(x) ( can't") == "f -LRB- x -RRB- -LRB- ca n't"
+
+
+def test_preparation_says_what_each_split_and_extra_corpus_gave_and_refuses_an_empty_one(
+    tmp_path, capsys):
+  """An empty extra corpus made `ptb:WSJ+EXTRA` a WSJ-only run under its own name; files
+  without a tree vanished without a word."""
+  from t2t_jax import data_sources
+  from t2t_jax.data_sources import DataError
+  one = "( (S (NP (NN a)) (VP (VB b))) )\n"
+  _write_ldc(tmp_path / "wsj", {201: one * 2, 202: "", 203: "( (-NONE- *T*) )\n",
+                                2201: one})
+  (tmp_path / "silver").mkdir()
+  (tmp_path / "silver" / "a.trees").write_text(one * 3)
+  (tmp_path / "nothing").mkdir()
+  spec = f"ptb:{tmp_path / 'wsj'}+{tmp_path / 'silver'}"
+  source = data_sources.parse_spec(spec)
+  assert len(list(data_sources.treebank_pairs(source, "train"))) == 2 + 3
+  err = capsys.readouterr().err
+  assert f"split train of {tmp_path / 'wsj'}: 3 file(s), 2 trees" in err
+  assert f"extra trees {tmp_path / 'silver'}: 1 file(s), 3 trees" in err
+  assert err.count("no tree (an empty file") == 2 and "wsj_0202.mrg" in err
+  empty = data_sources.parse_spec(f"ptb:{tmp_path / 'wsj'}+{tmp_path / 'nothing'}")
+  with pytest.raises(DataError, match=r"extra trees .*nothing: no tree in 0 file\(s\)"):
+    list(data_sources.treebank_pairs(empty, "train"))
