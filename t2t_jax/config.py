@@ -152,8 +152,9 @@ class TrainConfig:
   # learning rate or steps. The shapes and the vocabulary must be that run's. A run that
   # has checkpoints of its own resumes from them instead.
   init_from: str = ""
-  # Every this many steps (0: never), translate the first `bleu_sentences` dev sentences with
-  # the current parameters (beam `bleu_beam_size`; 1 is greedy) and log their sacreBLEU and 3
+  # Every this many steps and at the last (0: never), translate the first `bleu_sentences` dev
+  # sentences with the current parameters (beam `bleu_beam_size`; 1 is greedy) and log their
+  # sacreBLEU (a parser: EVALB F1, `dev_f1`) and 3
   # samples (metrics.jsonl, TensorBoard text), as the Flax WMT example and fairseq's
   # --eval-bleu do. Off by default: on the CPU recipes it would cost more than 5% of their time.
   bleu_every_steps: int = 0

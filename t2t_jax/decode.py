@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -371,6 +371,10 @@ class BeamDecoder:
     `constraint`: the search's grammar (`search_start`), e.g. a parser's trees."""
     self.cfg, self.decode_cfg, self.vocab = model_cfg, decode_cfg, vocab
     self.shrink = shrink
+    # Called as a search starts (0 done) and after each of its batches with (sentences done,
+    # sentences in all, share of the source tokens done): a long decode's progress lines
+    # (inference.DecodeProgress).
+    self.progress: Callable[[int, int, float], None] | None = None
     self._ahead_tokens = 0  # source tokens per device of the largest batch compiled ahead
     self.max_input_length = max_input_length
     self.tokens_per_batch = tokens_per_batch or backend.decode_batch_tokens(
@@ -497,6 +501,9 @@ class BeamDecoder:
     the scores the search ranked them by, log p(Y) / lp(|Y|) with |Y| counting the EOS, best
     first, in input order. Slots the search left empty score -inf."""
     results: list[list[tuple[list[int], float]]] = [[] for _ in sources]
+    total, done, done_tokens = max(sum(map(len, sources)), 1), 0, 0
+    if self.progress is not None:
+      self.progress(0, len(sources), 0.0)
     for chunk, batch in self._batches(sources):
       seqs, scores = self._search(batch)
       seqs = seqs.reshape(-1, *seqs.shape[2:])
@@ -504,6 +511,9 @@ class BeamDecoder:
       for row, j in enumerate(chunk):
         results[j] = [(strip(hyp), -np.inf if score <= NEG_INF / 2 else float(score))
                       for hyp, score in zip(seqs[row], scores[row])]
+      done, done_tokens = done + len(chunk), done_tokens + sum(len(sources[j]) for j in chunk)
+      if self.progress is not None:
+        self.progress(done, len(sources), done_tokens / total)
     return results
 
   def _batches(self, sources: Sequence[list[int]]):

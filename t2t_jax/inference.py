@@ -58,6 +58,7 @@ def run_eval(cfg: ExperimentConfig, workdir: str, splits: list[str] | None = Non
     print(f"decoding {split} of {data}: {len(sources)} sentences (beam "
           f"{cfg.decode.beam_size}, alpha {cfg.decode.alpha}{mbr_note}) with {label}",
           flush=True)
+    decoder.progress = DecodeProgress(f"decoding {split}")
     hyps = decoder.translate(sources)
     seconds = time.time() - start
     figures = task.score(sources, hyps, refs, lang)
@@ -153,6 +154,33 @@ def _output(output_path: str | None):
     yield f
 
 
+class DecodeProgress:
+  """A decode's progress on stderr every PROGRESS_EVERY_SEC (`BeamDecoder.progress`):
+  sentences done, sentences/s and the time left, projected from the source tokens done
+  (batches go shortest first, so sentences alone would promise too little)."""
+
+  def __init__(self, what: str, every_sec: float | None = None):
+    self.what, self.start = what, time.time()
+    self.every = PROGRESS_EVERY_SEC if every_sec is None else every_sec
+    self.last = self.start
+
+  def __call__(self, done: int, total: int, share: float) -> None:
+    now = time.time()
+    if done == 0:  # a search starts (translate decodes its input chunk by chunk)
+      self.start = self.last = now
+      return
+    if now - self.last < self.every or done >= total:
+      return
+    self.last, spent = now, now - self.start
+    left = spent * (1 - share) / max(share, 1e-9)
+    print(f"{self.what}: {done:,d}/{total:,d} sentences, {done / spent:,.1f} sentences/s, "
+          f"about {_minutes(left)} left", file=sys.stderr, flush=True)
+
+
+def _minutes(seconds: float) -> str:
+  return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
 class _Progress:
   """A line on stderr every PROGRESS_EVERY_SEC of a long input: lines done, lines/s."""
 
@@ -180,6 +208,7 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
   settings = {"beam_size": max(cfg.decode.beam_size, nbest)} if nbest else {}
   with _input(input_path) as (stream, name, typing), _output(output_path) as out:
     tr = translator.Translator.from_config(cfg, workdir, ensemble, **settings)
+    tr.decoder.progress = None if typing else DecodeProgress(f"translating {name}")
     print(f"translating {name} with {tr.label}" +
           (" (one line at a time: end with Ctrl-D)" if typing else ""), file=sys.stderr,
           flush=True)

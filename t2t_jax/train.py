@@ -622,9 +622,10 @@ class Run:
             flush=True)
     # The dev BLEU's decoder, when a BLEU step remains, on process 0's own devices. Its
     # programs are compiled before step 1, so its batches keep their rows (`shrink=False`).
-    bleu_steps = t.bleu_every_steps and t.steps // t.bleu_every_steps * t.bleu_every_steps
+    # It scores every `train.bleu_every_steps` and the last step, so that a short run (or
+    # one a time budget ends) has its figure too.
     dev_bleu = (bookkeeping.DevBleu(cfg, ds, start.state.params)  # the host's (or shapes)
-                if bleu_steps and bleu_steps > start.step and jax.process_index() == 0
+                if t.bleu_every_steps and t.steps > start.step and jax.process_index() == 0
                 else None)
     return cls(cfg, ds, TrainPrograms(cfg, optimizer),
                parallel.replicate(jax.random.PRNGKey(t.seed), n_dev), start, metrics_log, clock,
@@ -810,7 +811,7 @@ def due_actions(run: Run, step: int) -> Due:
     if stop_now:
       stop.signal_name = stop.signal_name or "a signal to another process"
   last = step == t.steps or run.clock.budget_spent
-  bleu = bool(run.dev_bleu and step % t.bleu_every_steps == 0)
+  bleu = bool(run.dev_bleu and (step % t.bleu_every_steps == 0 or last))
   checkpoint, for_average = checkpoint_due(run.cfg, step, time_to_save, last)
   return Due(log=step % t.log_every_steps == 0 or last or bleu,
              evaluate=step % t.eval_every_steps == 0 or last, bleu=bleu,

@@ -105,6 +105,11 @@ class Translator:
     self._decoder, self.cfg, self.label = decoder, cfg, label
     self.task = tasks.for_config(cfg)
 
+  @property
+  def decoder(self) -> Any:
+    """The beam decoder (`decode.BeamDecoder`; its `progress` hook reports a long decode)."""
+    return self._decoder
+
   @classmethod
   def from_workdir(cls, workdir: str, *, ensemble: Sequence[str] = (),
                    **decode_settings: Any) -> "Translator":

@@ -822,3 +822,13 @@ def test_preparation_says_what_each_split_and_extra_corpus_gave_and_refuses_an_e
   empty = data_sources.parse_spec(f"ptb:{tmp_path / 'wsj'}+{tmp_path / 'nothing'}")
   with pytest.raises(DataError, match=r"extra trees .*nothing: no tree in 0 file\(s\)"):
     list(data_sources.treebank_pairs(empty, "train"))
+
+
+def test_every_parser_logs_its_dev_f1_while_training():
+  """The paper chose its settings on section 22: each parsing experiment scores a greedy dev
+  subset as it trains (parse_wsj had none)."""
+  from t2t_jax import registry
+  for name in ("parse_wsj", "parse_wsj_semisup", "parse_wsj_sample"):
+    t = registry.get(name).train
+    assert 0 < t.bleu_every_steps <= t.eval_every_steps and t.bleu_beam_size == 1, name
+    assert t.bleu_sentences >= 100, name

@@ -166,3 +166,21 @@ def test_nbest_lists_each_translation_once_with_its_better_score():
   tr = Translator(Decoder(), tiny_cfg(), "test")
   assert tr.translate_nbest(["x", ""]) == [[("ab", -1.0), ("c", -1.2), ("", float("-inf"))],
                                            [("", 0.0)]]
+
+
+def test_a_long_decode_reports_sentences_per_second_and_the_time_left(trained, capsys):
+  """`--mode=eval`, translate and the final evaluation decoded for minutes without a line."""
+  from t2t_jax import inference
+  tr = Translator.from_workdir(str(trained), batch_tokens=8)  # a batch of 8 tokens a device
+  calls = []
+  tr.decoder.progress = lambda *args: calls.append(args)
+  sentences = [f"ta suda {'popus ' * (k % 6)}." for k in range(24)]
+  tr.translate(sentences)
+  assert calls[0] == (0, 24, 0.0) and calls[-1][:2] == (24, 24) and len(calls) > 2
+  assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+  assert calls[-1][2] == pytest.approx(1.0)
+  tr.decoder.progress = inference.DecodeProgress("decoding test", every_sec=0)
+  tr.translate(sentences)
+  lines = capsys.readouterr().err.splitlines()
+  assert lines and all(l.startswith("decoding test: ") and " sentences/s, about " in l and
+                       l.endswith(" left") for l in lines), lines
