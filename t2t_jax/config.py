@@ -119,8 +119,10 @@ class DataConfig:
   # constituent the word shares with the next and how much deeper it is than the last one):
   # a target as long as the sentence, its i-th symbol about its i-th word. "word_labels": the
   # words with each pair's label after its second word (`The cat @+2:NP sat @-1:S @end/VP`),
-  # the words copied from the input by the constrained decoder.
-  tree_target: Literal["xx", "words", "tags", "labels", "word_labels"] = "xx"
+  # the words copied from the input by the constrained decoder. "tagged_word_labels": each
+  # word's POS tag after it (`The ^DT cat ^NN @+2:NP ...`): the trees' tags are predicted.
+  tree_target: Literal["xx", "words", "tags", "labels", "word_labels",
+                       "tagged_word_labels"] = "xx"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -81,15 +81,17 @@ class Task:
 class ParsingTask(Task):
   """Parsing: words in, a tree out (labelled brackets with POS tags as one symbol, or a label
   per word), decoded under the tree constraint and scored with EVALB's rules (COLLINS.prm).
-  POS tags are not predicted: the scored trees carry the gold tags (tagging accuracy 100 by
-  construction), as seq2seq parsers that emit `XX` are scored; `--mode=translate` writes
-  `XX`."""
+  With `data.tree_target=tagged_word_labels` the model predicts each word's POS tag and the
+  trees carry its tags (EVALB's tagging accuracy beside F1). Every other form predicts none:
+  the scored trees carry the gold tags (tagging accuracy 100 by construction), as seq2seq
+  parsers that emit `XX` are scored, and `--mode=translate` writes `XX`."""
   name: str = "parsing"
   metric: str = "f1"
   metric_label: str = "EVALB F1"
   words: bool = False  # `data.tree_target` "words": targets hold the words, copied in search
   labels: bool = False  # `data.tree_target` "labels": a label per word (parsing.to_labels);
   # "word_labels": with `words` too, the words between the labels
+  tags: bool = False  # "tagged_word_labels": each word's POS tag after it, predicted
 
   def prepare_input(self, line: str, pretokenized: bool = False) -> str:
     """Raw text tokenised as the treebank is (or its tokens as given), brackets escaped:
@@ -107,7 +109,7 @@ class ParsingTask(Task):
   def constraint(self, vocab: Any) -> Any:
     if self.labels:
       return parsing.label_constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word",
-                                          copy=self.words)
+                                          copy=self.words, tags=self.tags)
     return parsing.constraint_for(vocab.pieces(), EOS_ID, vocab.model_type == "word",
                                   copy=self.words)
 
@@ -129,9 +131,14 @@ class ParsingTask(Task):
       copied = not self.words or parsing.copies_words(symbols, words)
       if self.words:
         symbols = parsing.as_word_slots(symbols)
+      predicted = None
       if self.labels:
-        ok = copied and parsing.labels_well_formed(symbols, len(words), self.words)
-        symbols = [s for s in symbols if parsing.is_label(s)]
+        ok = copied and parsing.labels_well_formed(symbols, len(words), self.words, self.tags)
+        kinds = [parsing.label_kind(s) for s in symbols]
+        if self.tags:  # the model's tags, one a word (XX where a repaired output has none)
+          predicted = ([k[2] for k in kinds if k[0] == "tag"] + [parsing.WORD] * len(words)
+                       )[:len(words)]
+        symbols = [s for s, k in zip(symbols, kinds) if k[0] in ("pair", "last")]
         to_tree = parsing.from_labels
         if not ok:
           symbols, repaired = parsing.repair_labels(symbols, len(words)), repaired + 1
@@ -142,7 +149,7 @@ class ParsingTask(Task):
       tags = None
       if gold is not None:
         words, tags = map(list, zip(*gold[n].leaves()))
-      trees.append(parsing.with_top(to_tree(symbols, words, tags)))
+      trees.append(parsing.with_top(to_tree(symbols, words, predicted or tags)))
     return trees, repaired
 
   def output(self, source: str, hypothesis: str) -> str:
@@ -161,14 +168,17 @@ class ParsingTask(Task):
             "precision": result["precision"], "complete_match": result["complete_match"],
             "evalb": result, "repaired": repaired, "well_formed": well_formed,
             "well_formed_pct": round(100.0 * well_formed / max(len(outputs), 1), 2),
-            "pos_tags": "gold tags copied into the predicted trees (not predicted)",
+            "pos_tags": ("predicted" if self.tags else
+                         "gold tags copied into the predicted trees (not predicted)"),
+            "tagging_accuracy": result["tagging_accuracy"],
             "_trees": trees, "_gold": gold}
 
   def summary(self, result: dict[str, Any]) -> str:
     return (f"EVALB (COLLINS.prm) F1 {result['f1']:.2f}  recall {result['recall']:.2f}  "
             f"precision {result['precision']:.2f}  complete match "
-            f"{result['complete_match']:.2f}  [well-formed {result['well_formed']}, "
-            f"repaired {result['repaired']}]")
+            f"{result['complete_match']:.2f}"
+            + (f"  tagging accuracy {result['tagging_accuracy']:.2f}" if self.tags else "")
+            + f"  [well-formed {result['well_formed']}, repaired {result['repaired']}]")
 
   def dev_score(self, sources: Sequence[str], outputs: Sequence[str],
                 references: Sequence[str]) -> float:
@@ -187,6 +197,7 @@ def for_config(cfg: Any) -> Task:
   task = for_dataset(cfg.data.dataset)
   if task is PARSING and cfg.data.tree_target in ("words", "tags"):
     return dataclasses.replace(PARSING, words=True)
-  if task is PARSING and cfg.data.tree_target in ("labels", "word_labels"):
-    return dataclasses.replace(PARSING, labels=True, words=cfg.data.tree_target == "word_labels")
+  if task is PARSING and cfg.data.tree_target in ("labels", "word_labels", "tagged_word_labels"):
+    return dataclasses.replace(PARSING, labels=True, words=cfg.data.tree_target != "labels",
+                               tags=cfg.data.tree_target == "tagged_word_labels")
   return task

@@ -832,3 +832,49 @@ def test_every_parser_logs_its_dev_f1_while_training():
     t = registry.get(name).train
     assert 0 < t.bleu_every_steps <= t.eval_every_steps and t.bleu_beam_size == 1, name
     assert t.bleu_sentences >= 100, name
+
+
+# --- predicted POS tags: a tag after each word ---------------------------------------------
+
+TAGGED_PIECES = LABEL_PIECES + ["^DT", "^NN", "^NNS", "^VBD"]
+
+
+def test_a_tagged_target_puts_each_words_tag_after_it_and_comes_back_to_the_tree():
+  t = tree("(S (NP (DT the) (NNS cats)) (VP (VBD sat)))")
+  labels = parsing.to_labels(t, words=True, tags=True)
+  assert " ".join(labels) == "the ^DT cats ^NNS @+2:NP sat ^VBD @-1:S @end/VP"
+  assert parsing.labels_well_formed(labels, 3, words=True, tags=True)
+  assert not parsing.labels_well_formed(labels, 3, words=True)  # tags are no words
+  task = dataclasses.replace(tasks.PARSING, labels=True, words=True, tags=True)
+  gold = parsing.with_top(t)
+  # The model's tags, not the gold ones: NN for `cats` costs one tag, no bracket.
+  out = "the ^DT cats ^NN @+2:NP sat ^VBD @-1:S @end/VP"
+  found = task.score(["the cats sat"], [out], [gold], "")
+  assert found["f1"] == 100.0 and found["well_formed"] == 1
+  assert found["_trees"][0] == "(TOP (S (NP (DT the) (NN cats)) (VP (VBD sat))))"
+  assert found["tagging_accuracy"] == pytest.approx(200 / 3, abs=0.01)
+  assert found["pos_tags"] == "predicted" and "tagging accuracy 66.67" in task.summary(found)
+
+
+def test_the_tagged_constraint_copies_each_word_then_takes_one_tag_then_its_label():
+  """Random walks through what the tagged constraint allows are well-formed tagged label
+  sequences over the input's words ('▁cat' 's' one word: its tag after 's')."""
+  import jax.numpy as jnp
+  c = parsing.label_constraint_for(TAGGED_PIECES, EOS_ID, copy=True, tags=True)
+  rng = np.random.default_rng(0)
+  source = [11, 12, 13, 14]  # ▁the ▁cat s ▁sat: three words
+  tag_ids = {TAGGED_PIECES.index(t) for t in ("^DT", "^NN", "^NNS", "^VBD")}
+  for _ in range(30):
+    g = c.start(jnp.array([source + [EOS_ID]]), 1)
+    out = []
+    for i in range(14):
+      banned = np.asarray(c.banned(g, jnp.int32(i), jnp.array([30])))[0, 0]
+      token = int(rng.choice(np.flatnonzero(~banned)))
+      if token == EOS_ID:
+        break
+      out.append(TAGGED_PIECES[token])
+      g = c.advance(g, jnp.zeros((1, 1), jnp.int32), jnp.array([[token]]))
+    assert [p for p in out if not parsing.is_label(p)] == [TAGGED_PIECES[i] for i in source]
+    assert out[1] in {TAGGED_PIECES[t] for t in tag_ids} and out[4][0] == "^", out
+    words = [p if parsing.is_label(p) else "XX" for p in out if p != "s"]
+    assert parsing.labels_well_formed(words, 3, words=True, tags=True), out

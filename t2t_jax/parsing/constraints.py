@@ -230,15 +230,17 @@ class LabelConstraint:
   and the label keeps it at or below the root, the last-word label for the last word, EOS
   after it, nothing else. With `copy` (the words between the labels), the input's pieces
   come in order and each pair's label right after its second word: those steps have one
-  allowed token, which the search scores as certain (log-probability 0). Every output is
-  then a tree over the input's words. Hashable, so that it can be a static argument of the
-  compiled search."""
-  kind: tuple[int, ...]        # per token id: 0 other, 1 pair label, 2 last-word label, 4 EOS
-  change: tuple[int, ...]      # per token id: a pair label's depth change (0 for others)
+  allowed token, which the search scores as certain (log-probability 0); with `tags` too,
+  each whole word's POS tag (the model's choice among the tags) before anything else. Every
+  output is then a tree over the input's words. Hashable, so that it can be a static
+  argument of the compiled search."""
+  kind: tuple[int, ...]        # per token id: 0 other, 1 pair label, 2 last-word label, 4 EOS,
+  change: tuple[int, ...]      # 8 POS tag; a pair label's depth change (0 for others)
   word_start: tuple[int, ...]  # per token id: 1 when the piece begins a word
   copy: bool = False
+  tags: bool = False           # under `copy`: each whole word's POS tag right after it
 
-  OTHER, PAIR, LAST, END = 0, 1, 2, 4
+  OTHER, PAIR, LAST, END, TAG = 0, 1, 2, 4, 8
 
   def start(self, inputs: Any, k: int) -> dict[str, Any]:
     import jax.numpy as jnp
@@ -246,7 +248,8 @@ class LabelConstraint:
     n = jnp.sum(jnp.asarray(self.word_start, jnp.int32)[inputs], axis=-1)
     zeros = jnp.zeros((b, k), jnp.int32)
     return {"n_words": n, "n_pieces": jnp.sum((inputs != EOS_ID) & (inputs != PAD_ID), axis=-1),
-            "src": inputs, "labels": zeros, "depth": zeros, "pieces": zeros, "words": zeros}
+            "src": inputs, "labels": zeros, "depth": zeros, "pieces": zeros, "words": zeros,
+            "tags": zeros}
 
   def _moves(self, g: dict[str, Any]) -> dict[str, Any]:
     """[b, k, 1] each: whether a pair label, the last-word label, EOS and (under `copy`) the
@@ -263,9 +266,11 @@ class LabelConstraint:
     left = pieces < n_pieces
     boundary = ~left | (starts[out["next"]] == 1)  # the word before is whole
     caught_up = labels == jnp.maximum(words - 1, 0)  # each word after the first labelled
-    out["copy"] = left & (~boundary | caught_up)
-    out["pair"] = boundary & (labels < n - 1) & (labels < words - 1)
-    out["last"] = ~left & (words == n) & (labels == n - 1)
+    tagged = g["tags"][..., None] == words if self.tags else True  # each whole word tagged
+    out["copy"] = left & (~boundary | (caught_up & tagged))
+    out["pair"] = boundary & tagged & (labels < n - 1) & (labels < words - 1)
+    out["last"] = ~left & (words == n) & (labels == n - 1) & tagged
+    out["tag"] = boundary & (g["tags"][..., None] < words) if self.tags else False
     return out
 
   def _allowed(self, ok: dict[str, Any], kind: Any, change: Any, at_limit: Any) -> Any:
@@ -274,6 +279,7 @@ class LabelConstraint:
     sequence (a limit too short for it: the repair rule then starts from its labels)."""
     return (((kind == self.PAIR) & ok["pair"] & (ok["depth"] + change >= 1))
             | ((kind == self.LAST) & ok["last"])
+            | ((kind == self.TAG) & ok.get("tag", False))
             | ((kind == self.END) & (ok["end"] | at_limit)))
 
   def _tables(self, width: int) -> tuple[Any, Any]:
@@ -345,26 +351,29 @@ class LabelConstraint:
       copied = kind == self.OTHER
       out["pieces"] = take("pieces") + copied
       out["words"] = take("words") + (copied & (starts == 1))
+      out["tags"] = take("tags") + (kind == self.TAG)
     return out
 
   def keep(self, g: dict[str, Any], idx: Any) -> dict[str, Any]:
     import jax.numpy as jnp
     return {**g, **{key: jnp.take_along_axis(g[key], idx, axis=1)
-                    for key in ("labels", "depth", "pieces", "words")}}
+                    for key in ("labels", "depth", "pieces", "words", "tags")}}
 
 
 def label_constraint_for(pieces: Sequence[str], eos_id: int, unknown_is_word: bool = False,
-                         copy: bool = False) -> LabelConstraint:
+                         copy: bool = False, tags: bool = False) -> LabelConstraint:
   """The label constraint's tables for a vocabulary given as its pieces (by id); `copy`:
-  the words come between the labels (`to_labels(..., words=True)`)."""
+  the words come between the labels (`to_labels(..., words=True)`), `tags`: each with its
+  POS tag after it."""
   kind, change, start = [], [], []
   for i, piece in enumerate(pieces):
     k, delta, _, _ = label_kind(piece)
-    code = {"pair": LabelConstraint.PAIR, "last": LabelConstraint.LAST}.get(k, 0)
+    code = {"pair": LabelConstraint.PAIR, "last": LabelConstraint.LAST,
+            "tag": LabelConstraint.TAG}.get(k, 0)
     if i == eos_id:
       code = LabelConstraint.END
     kind.append(code)
     change.append(delta if code == LabelConstraint.PAIR else 0)
     start.append(int((piece.startswith("\u2581") and k == "other")
                      or (unknown_is_word and i == UNK_ID)))
-  return LabelConstraint(tuple(kind), tuple(change), tuple(start), copy)
+  return LabelConstraint(tuple(kind), tuple(change), tuple(start), copy, tags and copy)

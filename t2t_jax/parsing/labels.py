@@ -10,8 +10,6 @@ from typing import Iterable, Sequence
 from t2t_jax.parsing.brackets import WORD, is_bracket
 from t2t_jax.parsing.trees import Tree
 
-# Parsing as Sequence Labeling", relative scale)
-#
 # Word i < n gets `@{r}:{C}`: C is the label of the lowest constituent holding both word i
 # and word i+1, and r how many constituents above the words that pair shares beyond the
 # pair before it (its depth minus the previous pair's; the first pair's counts from 0).
@@ -20,9 +18,12 @@ from t2t_jax.parsing.trees import Tree
 # sentence, each symbol about one word: the i-th output lines up with the i-th input. With
 # the words (`words=True`), each pair's label comes right after the pair's second word,
 # `The cat @+2:NP sat @-1:S @end/VP`: the decoder has read both words it labels, and the
-# constrained search copies the words from the input.
+# constrained search copies the words from the input. With the tags too (`tags=True`), each
+# word's POS tag follows it, `The ^DT cat ^NN @+2:NP sat ^VBD @-1:S @end/VP`: the tree's tags
+# are the model's, as in T2T's wsj_parsing targets, not copied from the gold tree.
 
 LAST_LABEL = "@end"
+TAG_PREFIX = "^"  # a POS tag as a symbol, `^DT`: no treebank word begins with it
 _PAIR_LABEL = re.compile(r"^@([+-]\d+):([^/\s]+)(?:/(\S+))?$")
 _LAST = re.compile(r"^@end(?:/(\S+))?$")
 
@@ -42,9 +43,10 @@ def _collapsed(tree: Tree) -> tuple:
   return ("node", "+".join(labels), [_collapsed(c) for c in tree.children])
 
 
-def to_labels(tree: Tree, words: bool = False) -> list[str]:
+def to_labels(tree: Tree, words: bool = False, tags: bool = False) -> list[str]:
   """`(S (NP (DT The) (NN cat)) (VP (VBD sat)))` -> `@+2:NP @-1:S @end/VP`, or with
-  `words`, `The cat @+2:NP sat @-1:S @end/VP`."""
+  `words`, `The cat @+2:NP sat @-1:S @end/VP`, and `tags` too, `The ^DT cat ^NN @+2:NP sat
+  ^VBD @-1:S @end/VP`."""
   leaves: list[tuple[str, list]] = []  # (unary chain, path of (node, label) from the root)
 
   def walk(node: tuple, path: list) -> None:
@@ -65,12 +67,15 @@ def to_labels(tree: Tree, words: bool = False) -> list[str]:
   out.append(LAST_LABEL + (f"/{leaves[-1][0]}" if leaves[-1][0] else ""))
   if not words:
     return out
-  sentence = tree.words()
-  return sentence[:1] + [s for pair in zip(sentence[1:], out) for s in pair] + out[-1:]
+  units = [[word] + ([TAG_PREFIX + tag] if tags else []) for word, tag in tree.leaves()]
+  return units[0] + [s for unit, label in zip(units[1:], out) for s in unit + [label]] + \
+      out[-1:]
 
 
 def label_kind(symbol: str) -> tuple[str, int, str, str]:
-  """('pair'|'last'|'other', depth change, constituent label, unary chain)."""
+  """('pair'|'last'|'tag'|'other', depth change, constituent label or POS tag, unary chain)."""
+  if len(symbol) > 1 and symbol[0] == TAG_PREFIX:
+    return "tag", 0, symbol[1:], ""
   m = _PAIR_LABEL.match(symbol)
   if m:
     return "pair", int(m.group(1)), m.group(2), m.group(3) or ""
@@ -80,14 +85,16 @@ def label_kind(symbol: str) -> tuple[str, int, str, str]:
   return "other", 0, "", ""
 
 
-def labels_well_formed(symbols: Sequence[str], num_words: int, words: bool = False) -> bool:
+def labels_well_formed(symbols: Sequence[str], num_words: int, words: bool = False,
+                       tags: bool = False) -> bool:
   """A label per word: `num_words - 1` pair labels whose depth never falls below the root,
   then one last-word label, nothing else; with `words`, each pair's label right after its
-  second word (any other symbol is a word; `copies_words` checks which)."""
+  second word (any other symbol is a word; `copies_words` checks which), and with `tags`
+  each word's tag right after it."""
   want = ["pair"] * (num_words - 1) + ["last"]
   if words:
-    want = ["other"] + [k for pair in zip(["other"] * (num_words - 1), want) for k in pair] + \
-        ["last"]
+    unit = ["other"] + (["tag"] if tags else [])
+    want = unit + [k for label in want[:-1] for k in unit + [label]] + want[-1:]
   if len(symbols) != len(want) or num_words < 1:
     return False
   depth = 0

@@ -85,10 +85,11 @@ def iter_examples(paths: Sequence[str], words: bool | str = False
   tree its one-line bracketing. `words="tags"`: the sentence is the tree's gold POS tags
   and the target carries them in the words' places (the gold tree keeps its words).
   `words="labels"`: the target is a label per word (`to_labels`); "word_labels": with the
-  words between the labels."""
+  words between the labels; "tagged_word_labels": each word's POS tag after it."""
   for path in paths:
     for tree in iter_file_trees(path):
       sentence = [t for _, t in tree.leaves()] if words == "tags" else tree.words()
-      target = (to_labels(tree, words == "word_labels") if words in ("labels", "word_labels")
+      target = (to_labels(tree, words != "labels", words == "tagged_word_labels")
+                if words in ("labels", "word_labels", "tagged_word_labels")
                 else linearize(tree, words))
       yield " ".join(sentence), " ".join(target), tree.to_string()
