@@ -1525,9 +1525,10 @@ def test_a_users_error_met_while_compiling_ahead_is_its_one_line_not_a_retry(
 
 
 @pytest.mark.long
-def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_path, capsys):
-  """The search is compiled before step 1 only when the run has a dev BLEU step left: a run
-  resumed past its last one compiles the steps alone."""
+def test_a_resumed_run_compiles_the_dev_bleu_search_and_scores_its_last_step(tmp_path, capsys):
+  """The dev score is taken on its schedule and at the last step: a run resumed past its
+  last scheduled score still compiles the search before step 1 (nothing in the loop) and
+  scores its last step with the restored parameters; a finished run compiles nothing."""
   cfg = override(tiny_cfg(**FAST_DATA), {
       "train.steps": 2, "train.final_eval": False, "train.bleu_every_steps": 2,
       "train.bleu_sentences": 4, "train.checkpoint_every_steps": 2})
@@ -1535,13 +1536,11 @@ def test_a_run_compiles_the_dev_bleu_search_only_while_a_bleu_step_remains(tmp_p
   assert "and beside them the dev BLEU search" in capsys.readouterr().out
   train.train_and_evaluate(override(cfg, {"train.steps": 3}), str(tmp_path))
   out = capsys.readouterr().out
-  assert "resuming from checkpoint 2" in out and "compiling the train step" in out
-  assert "dev BLEU search" not in out and "dev sacreBLEU" not in out
-  # Resumed with a BLEU step ahead: the decoder takes the restored parameters.
-  train.train_and_evaluate(override(cfg, {"train.steps": 4}), str(tmp_path))
+  assert "resuming from checkpoint 2" in out and "and beside them the dev BLEU search" in out
+  assert "step       3 | dev sacreBLEU" in out
+  train.train_and_evaluate(override(cfg, {"train.steps": 3}), str(tmp_path))
   out = capsys.readouterr().out
-  assert "resuming from checkpoint 3" in out and "and beside them the dev BLEU search" in out
-  assert "step       4 | dev sacreBLEU" in out
+  assert "dev BLEU search" not in out and "dev sacreBLEU" not in out
 
 
 @pytest.mark.long
