@@ -212,18 +212,16 @@ def run_translate(cfg: ExperimentConfig, workdir: str, input_path: str | None,
     print(f"translating {name} with {tr.label}" +
           (" (one line at a time: end with Ctrl-D)" if typing else ""), file=sys.stderr,
           flush=True)
-    progress, index, done = _Progress("translated"), 0, 0
+    progress = _Progress("translated")  # its `done`: the lines before this chunk
     for chunk in _chunks(_lines(stream, name), 1 if typing else CHUNK_LINES):
       if nbest:
-        for hyps in tr.translate_nbest(chunk):
+        for index, hyps in enumerate(tr.translate_nbest(chunk), start=progress.done):
           for text, score in [h for h in hyps if math.isfinite(h[1])][:nbest] or [("", 0.0)]:
             out.write(f"{index}\t{score:.6f}\t{text}\n")
-          index += 1
       else:
-        out.write("".join(h + "\n" for h in tr.translate(chunk, first_line=done + 1)))
+        out.write("".join(h + "\n" for h in tr.translate(chunk, first_line=progress.done + 1)))
       out.flush()
       progress.add(len(chunk))
-      done += len(chunk)
 
 
 # `--nbest=K`: K lines per input line, best first: its 0-based index, the score the search

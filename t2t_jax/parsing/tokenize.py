@@ -62,5 +62,4 @@ def escape(token: str) -> str:
 def prepare(line: str, pretokenized: bool = False) -> str:
   """A line as the parser reads it: tokenised as the treebank is, or (`pretokenized`) its
   space-separated tokens as given, each escaped."""
-  tokens = line.split() if pretokenized else ptb_tokens(line)
-  return " ".join(escape(t) for t in tokens)
+  return " ".join([escape(t) for t in line.split()] if pretokenized else ptb_tokens(line))
